@@ -1,0 +1,37 @@
+"""Run artifacts: the exact noise of a run (``noise.pt``, ``transition.csv``) in its run dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from noisylabels.noise import save_transition
+
+
+def run_dir(trainer: L.Trainer) -> Path:
+    """The folder a run writes its logs, checkpoints and results to."""
+    return Path(trainer.log_dir or trainer.default_root_dir)
+
+
+class NoiseRecorder(L.Callback):
+    """Save the noisy labels, split and T of the run (rank 0, once, at setup).
+
+    ``noise.pt`` re-creates the run's labels with ``--data.noise_type file --data.noise_file
+    RUN/noise.pt``; ``transition.csv`` is the true T (row-stochastic,
+    ``T[i, j] = P(noisy = j | clean = i)``) where the noise has one.
+    """
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        datamodule = trainer.datamodule
+        if stage != "fit" or datamodule is None or not hasattr(datamodule, "noise_state"):
+            return
+        if not trainer.is_global_zero:
+            return
+        out = run_dir(trainer)
+        out.mkdir(parents=True, exist_ok=True)
+        state = datamodule.noise_state()
+        torch.save(state, out / "noise.pt")
+        if state.get("transition") is not None:
+            save_transition(state["transition"], out / "transition.csv")

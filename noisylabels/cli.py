@@ -1,0 +1,121 @@
+"""Command line: ``noisylabels fit|validate|test|predict --config FILE.yaml`` (LightningCLI).
+
+After ``fit`` the best checkpoint (by noisy-validation accuracy unless ``--checkpoint.monitor``
+says otherwise) is tested on the clean test set and ``results.json`` is written to the run dir.
+Project subcommands that are not Lightning stages are dispatched in :data:`EXTRA_COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from noisylabels.callbacks import NoiseRecorder, run_dir
+from noisylabels.data import NoisyDataModule
+from noisylabels.methods import NoisyLabelMethod
+from noisylabels.results import build_results, write_results
+
+# name -> (module, function): project subcommands beside Lightning's stages.
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {}
+
+
+class NoisyLabelsCLI(LightningCLI):
+    """LightningCLI with the project's checkpointing, links and post-fit test."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/acc",
+                "checkpoint.mode": "max",
+                "checkpoint.filename": "best-epoch{epoch:03d}",
+                "checkpoint.auto_insert_metric_name": False,
+            }
+        )
+        parser.add_argument(
+            "--test_after_fit",
+            type=bool,
+            default=True,
+            help="After fit, test the best checkpoint on the clean test set and write "
+            "results.json in the run dir.",
+        )
+        parser.link_arguments(
+            "data.num_classes", "model.init_args.num_classes", apply_on="instantiate"
+        )
+        parser.link_arguments(
+            "data.input_shape", "model.init_args.input_shape", apply_on="instantiate"
+        )
+
+    def _setting(self, key: str) -> Any:
+        return self.config.get(self.subcommand, self.config).get(key)
+
+    def before_fit(self) -> None:
+        self._start = time.perf_counter()
+        if not any(isinstance(cb, NoiseRecorder) for cb in self.trainer.callbacks):
+            self.trainer.callbacks.append(NoiseRecorder())
+
+    def after_fit(self) -> None:
+        trainer = self.trainer
+        test_metrics = None
+        if self._setting("test_after_fit"):
+            ckpt = trainer.checkpoint_callback
+            has_best = bool(getattr(ckpt, "best_model_path", ""))
+            out = trainer.test(
+                self.model, datamodule=self.datamodule, ckpt_path="best" if has_best else None
+            )
+            test_metrics = out[0] if out else None
+        if not trainer.is_global_zero:
+            return
+        results = build_results(
+            trainer,
+            self.model,
+            self.datamodule,
+            seed=self._setting("seed_everything"),
+            wall_time_s=time.perf_counter() - self._start,
+            test_metrics=test_metrics,
+        )
+        path = write_results(results, run_dir(trainer) / "results.json")
+        if results["test_acc"] is not None:
+            print(f"clean test accuracy: {results['test_acc']:.4f} ({results['method']})")
+        print(f"run folder: {path.parent}")
+
+
+def _dispatch_extra(argv: list[str]) -> Callable[[list[str]], Any] | None:
+    if not argv or argv[0] not in EXTRA_COMMANDS:
+        return None
+    import importlib
+
+    module, func = EXTRA_COMMANDS[argv[0]]
+    return getattr(importlib.import_module(module), func)
+
+
+def run(args: list[str] | None = None) -> NoisyLabelsCLI | Any:
+    """Run one command (``args`` as on the command line) and return the CLI object or the
+    project subcommand's return value."""
+    argv = list(sys.argv[1:] if args is None else args)
+    extra = _dispatch_extra(argv)
+    if extra is not None:
+        return extra(argv[1:])
+    return NoisyLabelsCLI(
+        NoisyLabelMethod,
+        NoisyDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True},
+        auto_configure_optimizers=False,
+        args=None if args is None else argv,
+    )
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of the ``noisylabels`` command."""
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""Methods: one LightningModule each, all on :class:`NoisyLabelMethod` (VRNL via ``alpha``)."""
+
+from noisylabels.methods.base import CE, NoisyLabelMethod
+from noisylabels.methods.forward import Forward, TransitionMethod
+from noisylabels.methods.vrnl import VRNLOutput, vrnl_objective
+
+__all__ = ["CE", "Forward", "NoisyLabelMethod", "TransitionMethod", "VRNLOutput", "vrnl_objective"]

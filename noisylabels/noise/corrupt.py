@@ -1,0 +1,174 @@
+"""Corrupting clean labels with synthetic noise.
+
+Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``.
+All randomness comes from an explicit ``torch.Generator`` seeded by the *noise* seed, which is
+independent of the training seed.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .transition import (
+    NOISE_TYPES,
+    _check_num_classes,
+    _check_rate,
+    build_transition,
+    check_transition,
+)
+
+__all__ = ["corrupt_labels", "noise_rate", "instance_dependent_noise", "make_noisy_labels"]
+
+_CHUNK = 65536  # samples per chunk for the instance-dependent noise
+
+
+def _check_labels(labels: Tensor, num_classes: int) -> Tensor:
+    labels = torch.as_tensor(labels)
+    if labels.dim() != 1:
+        raise ValueError(f"labels must be a 1-D tensor, got shape {tuple(labels.shape)}")
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(f"labels must be an integer tensor, got dtype {labels.dtype}")
+    labels = labels.long()
+    if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(
+            f"labels must lie in [0, {num_classes}), got range "
+            f"[{labels.min().item()}, {labels.max().item()}]"
+        )
+    return labels
+
+
+def corrupt_labels(labels: Tensor, T: Tensor, generator: torch.Generator) -> Tensor:
+    """Draw noisy labels: sample ``i`` gets ``ỹ_i ~ Categorical(T[labels[i]])``.
+
+    ``T`` is row-stochastic, ``T[i, j] = P(noisy=j | clean=i)``. Sampling is vectorised
+    (``torch.multinomial`` on ``T[labels]``) and driven by ``generator`` (a CPU generator), so the
+    same generator state gives the same labels. Returns a long tensor on the device of ``labels``.
+    """
+    T = check_transition(T).detach().cpu()
+    device = torch.as_tensor(labels).device
+    labels = _check_labels(labels, T.shape[0]).cpu()
+    if labels.numel() == 0:
+        return labels.clone().to(device)
+    noisy = torch.multinomial(T[labels], 1, replacement=True, generator=generator).squeeze(1)
+    return noisy.to(device)
+
+
+def noise_rate(clean: Tensor, noisy: Tensor) -> float:
+    """Actual noise rate: the fraction of samples whose noisy label differs from the clean one."""
+    clean = torch.as_tensor(clean)
+    noisy = torch.as_tensor(noisy)
+    if clean.shape != noisy.shape:
+        raise ValueError(
+            f"shape mismatch: clean {tuple(clean.shape)} vs noisy {tuple(noisy.shape)}"
+        )
+    if clean.numel() == 0:
+        return 0.0
+    return (clean != noisy.to(clean.device)).float().mean().item()
+
+
+def _truncated_normal(
+    n: int, mean: float, std: float, low: float, high: float, generator: torch.Generator
+) -> Tensor:
+    """``n`` draws of Normal(mean, std) truncated to [low, high], by inverse CDF (float64)."""
+    normal = torch.distributions.Normal(torch.tensor(0.0, dtype=torch.float64), 1.0)
+    a = normal.cdf(torch.tensor((low - mean) / std, dtype=torch.float64))
+    b = normal.cdf(torch.tensor((high - mean) / std, dtype=torch.float64))
+    u = torch.rand(n, generator=generator, dtype=torch.float64)
+    u = (a + u * (b - a)).clamp(1e-12, 1.0 - 1e-12)
+    return (mean + std * torch.special.ndtri(u)).clamp(low, high)
+
+
+def instance_dependent_noise(
+    features: Tensor,
+    labels: Tensor,
+    num_classes: int,
+    rate: float,
+    generator: torch.Generator,
+) -> Tensor:
+    """Instance-dependent noise of the PTD paper (Xia et al. 2020, "Part-dependent label noise").
+
+    No class-level T exists; per sample the flip distribution is (in row convention,
+    ``P(noisy=j | x_i, clean=y_i)``):
+
+    1. flip rate ``q_i ~ TruncNormal(rate, 0.1)`` on [0, 1];
+    2. ``W ~ N(0, 1)`` of shape C x d x C (drawn once);
+    3. ``a = x_i @ W[y_i]`` with ``x_i`` the flattened features scaled to unit L2 norm, and
+       ``a[y_i] = -inf``;
+    4. probabilities ``q_i * softmax(a)`` with ``1 - q_i`` added at ``y_i``; one draw per sample.
+
+    Draw order from ``generator``: q (N values), W, then the labels. Vectorised per class and in
+    chunks of samples. Returns a long tensor of noisy labels on the device of ``labels``.
+    """
+    c = _check_num_classes(num_classes)
+    rate = _check_rate(rate)
+    device = torch.as_tensor(labels).device
+    labels = _check_labels(labels, c).cpu()
+    features = torch.as_tensor(features).detach().cpu()
+    n = labels.numel()
+    if features.shape[0] != n:
+        raise ValueError(f"features have {features.shape[0]} rows but there are {n} labels")
+    if n == 0:
+        return labels.clone().to(device)
+    x = features.reshape(n, -1).float()
+    x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    d = x.shape[1]
+
+    q = _truncated_normal(n, rate, 0.1, 0.0, 1.0, generator).float()
+    W = torch.randn(c, d, c, generator=generator)
+
+    noisy = torch.empty(n, dtype=torch.long)
+    for start in range(0, n, _CHUNK):
+        stop = min(start + _CHUNK, n)
+        xb, yb = x[start:stop], labels[start:stop]
+        logits = torch.empty(stop - start, c)
+        for k in torch.unique(yb).tolist():  # loop over classes, not samples
+            mask = yb == k
+            logits[mask] = xb[mask] @ W[k]
+        rows = torch.arange(stop - start)
+        logits[rows, yb] = float("-inf")
+        probs = torch.softmax(logits, dim=1) * q[start:stop, None]
+        probs[rows, yb] += 1.0 - q[start:stop]
+        noisy[start:stop] = torch.multinomial(
+            probs, 1, replacement=True, generator=generator
+        ).squeeze(1)
+    return noisy.to(device)
+
+
+def make_noisy_labels(
+    clean_labels: Tensor,
+    noise_type: str,
+    rate: float,
+    num_classes: int,
+    seed: int,
+    dataset: str | None = None,
+    features: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Corrupt ``clean_labels`` with a synthetic noise type; the data module's single entry point.
+
+    Returns ``(noisy_labels, T)`` where ``T`` is the row-stochastic class-level transition matrix
+    (``T[i, j] = P(noisy=j | clean=i)``, see :func:`build_transition`) or ``None`` for
+    ``"instance"`` noise (Xia et al. 2020, needs ``features``). ``"none"`` returns a clone of the
+    clean labels with the identity T. ``"file"`` raises ``ValueError``: such labels are read from
+    a file, not generated. Randomness: ``torch.Generator().manual_seed(seed)`` (the noise seed).
+    """
+    if noise_type not in NOISE_TYPES:
+        raise ValueError(f"unknown noise type {noise_type!r}; expected one of {NOISE_TYPES}")
+    if noise_type == "file":
+        raise ValueError(
+            "noise type 'file' has no synthetic generator: load the noisy labels from the label "
+            "file instead of calling make_noisy_labels"
+        )
+    c = _check_num_classes(num_classes)
+    rate = _check_rate(rate)
+    clean = _check_labels(clean_labels, c)
+    generator = torch.Generator().manual_seed(int(seed))
+    if noise_type == "instance":
+        if features is None:
+            raise ValueError("instance-dependent noise needs the training features")
+        return instance_dependent_noise(features, clean, c, rate, generator), None
+    T = build_transition(noise_type, c, rate, seed=seed, dataset=dataset)
+    assert T is not None
+    if noise_type == "none":
+        return clean.clone(), T
+    return corrupt_labels(clean, T, generator), T

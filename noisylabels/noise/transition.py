@@ -1,0 +1,331 @@
+"""Class-level noise transition matrices.
+
+Convention used throughout this package: a transition matrix ``T`` is **row-stochastic**,
+``T[i, j] = P(noisy = j | clean = i)``, so every row sums to 1 and the noisy posterior of a
+clean posterior row vector ``p`` is ``q = p @ T``. The VRNL paper and cleanlab write the
+transposed, column-stochastic convention ``T_col[j, i] = P(noisy = j | clean = i)``; use
+:func:`to_column_stochastic` / :func:`from_column_stochastic` to convert.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "NOISE_TYPES",
+    "SEMANTIC_DATASETS",
+    "CIFAR100_COARSE",
+    "symmetric_transition",
+    "pair_transition",
+    "asymmetric_transition",
+    "semantic_transition",
+    "build_transition",
+    "check_transition",
+    "to_column_stochastic",
+    "from_column_stochastic",
+    "load_transition",
+    "save_transition",
+]
+
+NOISE_TYPES = ("none", "symmetric", "pair", "asymmetric", "semantic", "instance", "file")
+"""Noise types known to :func:`build_transition` and ``make_noisy_labels``."""
+
+SEMANTIC_DATASETS = ("mnist", "digits", "cifar10", "cifar100")
+"""Dataset names accepted by :func:`semantic_transition`."""
+
+# Standard CIFAR-100 fine -> coarse (super-class) label mapping, fine classes in the dataset's
+# (alphabetical) order: 0 apple -> 4 fruit_and_vegetables, 1 aquarium_fish -> 1 fish, ...
+CIFAR100_COARSE: tuple[int, ...] = (
+    4, 1, 14, 8, 0, 6, 7, 7, 18, 3,
+    3, 14, 9, 18, 7, 11, 3, 9, 7, 11,
+    6, 11, 5, 10, 7, 6, 13, 15, 3, 15,
+    0, 11, 1, 10, 12, 14, 16, 9, 11, 5,
+    5, 19, 8, 8, 15, 13, 14, 17, 18, 10,
+    16, 4, 17, 4, 2, 0, 17, 4, 18, 17,
+    10, 3, 2, 12, 12, 16, 12, 1, 9, 19,
+    2, 10, 0, 1, 16, 12, 9, 13, 15, 13,
+    16, 19, 2, 4, 6, 19, 5, 5, 8, 19,
+    18, 1, 2, 15, 6, 0, 17, 8, 14, 13,
+)  # fmt: skip
+
+# Semantic flips (clean -> noisy) of Patrini et al. 2017.
+_MNIST_FLIPS = {2: 7, 3: 8, 5: 6, 6: 5, 7: 1}
+# CIFAR-10: truck -> automobile, bird -> airplane, deer -> horse, cat <-> dog.
+_CIFAR10_FLIPS = {9: 1, 2: 0, 4: 7, 3: 5, 5: 3}
+
+
+def _check_num_classes(num_classes: int) -> int:
+    if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 2:
+        raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+    return int(num_classes)
+
+
+def _check_rate(rate: float) -> float:
+    rate = float(rate)
+    if not (0.0 <= rate < 1.0):  # also rejects NaN
+        raise ValueError(f"noise rate must be in [0, 1), got {rate}")
+    return rate
+
+
+def _cifar100_flips() -> dict[int, int]:
+    """Each fine class -> the next fine class (by index, cyclically) of its super-class."""
+    groups: dict[int, list[int]] = {}
+    for fine, coarse in enumerate(CIFAR100_COARSE):
+        groups.setdefault(coarse, []).append(fine)
+    flips: dict[int, int] = {}
+    for members in groups.values():
+        for k, fine in enumerate(members):
+            flips[fine] = members[(k + 1) % len(members)]
+    return flips
+
+
+def symmetric_transition(num_classes: int, rate: float) -> Tensor:
+    """Symmetric (uniform) noise, e.g. Patrini et al. 2017 / Han et al. 2018.
+
+    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``) with ``T[i, i] = 1 - rate``
+    and ``T[i, j] = rate / (C - 1)`` for ``j != i``. The true class is excluded from the flip
+    targets, so the expected fraction of flipped labels equals ``rate`` (libraries that include it
+    flip only ``rate * (C - 1) / C``).
+    """
+    c = _check_num_classes(num_classes)
+    rate = _check_rate(rate)
+    T = torch.full((c, c), rate / (c - 1))
+    T.fill_diagonal_(1.0 - rate)
+    return T
+
+
+def pair_transition(num_classes: int, rate: float) -> Tensor:
+    """Pair-flip noise (Han et al. 2018, Co-teaching).
+
+    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``) with ``T[i, i] = 1 - rate``
+    and ``T[i, (i + 1) % C] = rate``. ``rate`` must be < 0.5 so the clean class stays the majority
+    of each row; otherwise ``ValueError``.
+    """
+    c = _check_num_classes(num_classes)
+    rate = _check_rate(rate)
+    if rate >= 0.5:
+        raise ValueError(
+            f"pair noise rate must be < 0.5 so the clean class stays the majority, got {rate}"
+        )
+    idx = torch.arange(c)
+    T = torch.zeros(c, c)
+    T[idx, idx] = 1.0 - rate
+    T[idx, (idx + 1) % c] = rate
+    return T
+
+
+def asymmetric_transition(num_classes: int, rate: float, generator: torch.Generator) -> Tensor:
+    """Random asymmetric noise as in VolMinNet (Li et al. 2021), but seeded.
+
+    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``): ``T[i, i] = 1 - rate``;
+    the off-diagonal entries of each row are drawn from U(0.1, 1) with ``generator`` and rescaled
+    to sum to ``rate``. (The reference implementation draws them from an unseeded global RNG.)
+    """
+    c = _check_num_classes(num_classes)
+    rate = _check_rate(rate)
+    off = torch.rand(c, c, generator=generator, dtype=torch.float64) * 0.9 + 0.1
+    off.fill_diagonal_(0.0)
+    off = off / off.sum(dim=1, keepdim=True) * rate
+    T = off + torch.eye(c, dtype=torch.float64) * (1.0 - rate)
+    return T.float()
+
+
+def semantic_transition(dataset: str, num_classes: int, rate: float) -> Tensor:
+    """Semantic class-pair flips (Patrini et al. 2017, their "asymmetric" noise).
+
+    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``) where each class ``i`` that
+    has a partner ``j`` flips to it with probability ``rate`` (``T[i, i] = 1 - rate``,
+    ``T[i, j] = rate``) and every other class keeps ``T[i, i] = 1``:
+
+    - ``mnist`` / ``digits``: 2->7, 3->8, 5<->6, 7->1;
+    - ``cifar10``: truck(9)->automobile(1), bird(2)->airplane(0), deer(4)->horse(7),
+      cat(3)<->dog(5);
+    - ``cifar100``: each fine class -> the next fine class (cyclic, by fine index) of its
+      super-class (see ``CIFAR100_COARSE``).
+    """
+    name = str(dataset).lower()
+    if name in ("mnist", "digits", "cifar10"):
+        expected = 10
+        flips = _CIFAR10_FLIPS if name == "cifar10" else _MNIST_FLIPS
+    elif name == "cifar100":
+        expected = 100
+        flips = _cifar100_flips()
+    else:
+        raise ValueError(
+            f"semantic noise is defined for datasets {SEMANTIC_DATASETS}, got {dataset!r}"
+        )
+    c = _check_num_classes(num_classes)
+    if c != expected:
+        raise ValueError(f"semantic noise for {name!r} needs num_classes={expected}, got {c}")
+    rate = _check_rate(rate)
+    T = torch.eye(c)
+    for src, dst in flips.items():
+        T[src, src] = 1.0 - rate
+        T[src, dst] = rate
+    return T
+
+
+def build_transition(
+    noise_type: str,
+    num_classes: int,
+    rate: float,
+    seed: int = 0,
+    dataset: str | None = None,
+) -> Tensor | None:
+    """Build the class-level transition matrix of a synthetic noise type.
+
+    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``): identity for ``"none"``,
+    ``None`` for ``"instance"`` and ``"file"`` (no class-level T exists). ``"asymmetric"`` is drawn
+    with ``torch.Generator().manual_seed(seed)``; ``"semantic"`` needs ``dataset``. Raises
+    ``ValueError`` for an unknown type or a rate outside [0, 1).
+    """
+    if noise_type not in NOISE_TYPES:
+        raise ValueError(f"unknown noise type {noise_type!r}; expected one of {NOISE_TYPES}")
+    c = _check_num_classes(num_classes)
+    rate = _check_rate(rate)
+    if noise_type == "none":
+        return torch.eye(c)
+    if noise_type == "symmetric":
+        return symmetric_transition(c, rate)
+    if noise_type == "pair":
+        return pair_transition(c, rate)
+    if noise_type == "asymmetric":
+        return asymmetric_transition(c, rate, torch.Generator().manual_seed(int(seed)))
+    if noise_type == "semantic":
+        if dataset is None:
+            raise ValueError(f"semantic noise needs a dataset name, one of {SEMANTIC_DATASETS}")
+        return semantic_transition(dataset, c, rate)
+    return None  # instance, file
+
+
+def check_transition(T: Tensor, num_classes: int | None = None, atol: float = 1e-4) -> Tensor:
+    """Validate a row-stochastic transition matrix (``T[i, j] = P(noisy=j | clean=i)``).
+
+    Checks that ``T`` is a finite C x C matrix (C = ``num_classes`` when given) with non-negative
+    entries whose rows sum to 1 within ``atol``; raises ``ValueError`` describing the problem
+    (naming the offending rows) otherwise. Returns ``T`` as a float tensor.
+    """
+    T = torch.as_tensor(T)
+    if T.dim() != 2 or T.shape[0] != T.shape[1]:
+        raise ValueError(f"transition matrix must be square C x C, got shape {tuple(T.shape)}")
+    if num_classes is not None and T.shape[0] != num_classes:
+        raise ValueError(
+            f"transition matrix is {T.shape[0]} x {T.shape[1]}, expected {num_classes} x "
+            f"{num_classes} for num_classes={num_classes}"
+        )
+    if not T.is_floating_point():
+        T = T.float()
+    if not bool(torch.isfinite(T).all()):
+        raise ValueError("transition matrix has non-finite entries (nan or inf)")
+    if bool((T < 0).any()):
+        neg = torch.nonzero(T < 0)[:10].tolist()
+        raise ValueError(f"transition matrix has negative entries at (row, col) {neg}")
+    sums = T.sum(dim=1, dtype=torch.float64)
+    bad = torch.nonzero((sums - 1.0).abs() > atol).flatten().tolist()
+    if bad:
+        detail = ", ".join(f"row {i}: {sums[i].item():.6g}" for i in bad[:10])
+        more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
+        raise ValueError(
+            "transition matrix must be row-stochastic (T[i, j] = P(noisy=j | clean=i), rows sum "
+            f"to 1 within {atol}); rows {bad[:10]}{more} do not: {detail}"
+        )
+    return T
+
+
+def to_column_stochastic(T: Tensor) -> Tensor:
+    """Convert row-stochastic ``T[i, j] = P(noisy=j | clean=i)`` (ours) to the column-stochastic
+    convention ``T_col[j, i] = P(noisy=j | clean=i)`` of the VRNL paper and cleanlab's
+    ``noise_matrix``. It is the transpose; columns of the result sum to 1."""
+    T = torch.as_tensor(T)
+    if T.dim() != 2 or T.shape[0] != T.shape[1]:
+        raise ValueError(f"transition matrix must be square C x C, got shape {tuple(T.shape)}")
+    return T.transpose(0, 1).contiguous()
+
+
+def from_column_stochastic(T_col: Tensor) -> Tensor:
+    """Convert a column-stochastic ``T_col[j, i] = P(noisy=j | clean=i)`` (VRNL paper, cleanlab)
+    to our row-stochastic ``T[i, j] = P(noisy=j | clean=i)``. It is the transpose."""
+    T_col = torch.as_tensor(T_col)
+    if T_col.dim() != 2 or T_col.shape[0] != T_col.shape[1]:
+        raise ValueError(f"transition matrix must be square C x C, got shape {tuple(T_col.shape)}")
+    return T_col.transpose(0, 1).contiguous()
+
+
+def _read_text_matrix(path: Path) -> Tensor:
+    rows: list[list[float]] = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        line = line.split("#", 1)[0].strip().strip(",")
+        if not line:
+            continue
+        try:
+            rows.append([float(v) for v in re.split(r"[,\s]+", line)])
+        except ValueError as err:
+            raise ValueError(f"{path}: line {lineno} is not a row of numbers: {err}") from None
+    if not rows:
+        raise ValueError(f"{path}: no transition matrix rows found")
+    if len({len(r) for r in rows}) != 1:
+        raise ValueError(f"{path}: rows have different lengths {[len(r) for r in rows]}")
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def load_transition(path: str | Path, num_classes: int) -> Tensor:
+    """Load a row-stochastic transition matrix (``T[i, j] = P(noisy=j | clean=i)``) from a file.
+
+    Supports ``.pt``/``.pth`` (a tensor, or a dict with key ``"transition"``), ``.npy``, and text
+    ``.csv``/``.txt`` (comma or whitespace separated, ``#`` comments). A file written in the
+    column-stochastic convention must be converted with :func:`from_column_stochastic` first.
+    Validates with :func:`check_transition`; a missing file raises ``FileNotFoundError``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"transition matrix file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix in (".pt", ".pth"):
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+        if isinstance(obj, dict):
+            if "transition" not in obj:
+                raise ValueError(f"{path}: dict has no 'transition' key (keys: {list(obj)})")
+            obj = obj["transition"]
+        T = torch.as_tensor(obj)
+    elif suffix == ".npy":
+        T = torch.from_numpy(np.load(path, allow_pickle=False))
+    elif suffix in (".csv", ".txt"):
+        T = _read_text_matrix(path)
+    else:
+        raise ValueError(
+            f"{path}: unsupported transition file type {suffix!r} (use .pt, .pth, .npy, .csv, .txt)"
+        )
+    try:
+        return check_transition(T.float(), num_classes)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def save_transition(T: Tensor, path: str | Path) -> None:
+    """Save a row-stochastic transition matrix (``T[i, j] = P(noisy=j | clean=i)``).
+
+    The format follows the suffix: ``.pt``/``.pth`` (the tensor), ``.csv`` (comma separated) or
+    ``.txt`` (whitespace separated), ``.npy``. Readable back with :func:`load_transition`.
+    """
+    T = check_transition(T).detach().cpu().float()
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".pt", ".pth", ".csv", ".txt", ".npy"):
+        raise ValueError(
+            f"{path}: unsupported transition file type {suffix!r} (use .pt, .pth, .npy, .csv, .txt)"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if suffix in (".pt", ".pth"):
+        torch.save(T.clone(), path)
+    elif suffix == ".npy":
+        np.save(path, T.numpy())
+    else:
+        sep = "," if suffix == ".csv" else " "
+        # repr of the float64 value round-trips the float32 entry exactly
+        lines = [sep.join(repr(float(v)) for v in row) for row in T.tolist()]
+        path.write_text("\n".join(lines) + "\n")

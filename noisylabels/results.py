@@ -1,0 +1,87 @@
+"""``results.json``: the summary every run writes next to its checkpoints and event files."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from noisylabels.noise import estimation_error
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value.item() if isinstance(value, torch.Tensor) else value)
+    return None if math.isnan(value) else value
+
+
+def best_checkpoint(trainer: L.Trainer) -> tuple[str | None, int | None, float | None]:
+    """Path, epoch (0-based) and monitored score of the best checkpoint, where there is one."""
+    ckpt = trainer.checkpoint_callback
+    path = getattr(ckpt, "best_model_path", "") or None
+    if path is None or not Path(path).is_file():
+        return None, None, None
+    epoch = torch.load(path, map_location="cpu", weights_only=False).get("epoch")
+    return path, epoch, _number(getattr(ckpt, "best_model_score", None))
+
+
+def t_estimation_error(model: L.LightningModule, datamodule: Any) -> float | None:
+    """ε_T = ‖T − T̂‖₁,₁ / ‖T‖₁,₁ between the true T and the method's T̂ (``None`` if unknown)."""
+    true_t = getattr(datamodule, "transition", None)
+    getter = getattr(model, "transition", None)
+    t_hat = getter() if callable(getter) else None
+    if true_t is None or t_hat is None:
+        return None
+    return estimation_error(true_t.float().cpu(), t_hat.detach().float().cpu())
+
+
+def build_results(
+    trainer: L.Trainer,
+    model: L.LightningModule,
+    datamodule: Any,
+    *,
+    seed: int | None,
+    wall_time_s: float,
+    test_metrics: dict[str, Any] | None,
+    best_val: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Collect the summary of a finished fit (+ test) into a JSON-ready dict."""
+    path, epoch, score = best_checkpoint(trainer)
+    monitor = getattr(trainer.checkpoint_callback, "monitor", None)
+    val_acc = score if monitor == "val/acc" else None
+    if val_acc is None and best_val is not None:
+        val_acc = _number(best_val.get("val/acc"))
+    if val_acc is None:
+        val_acc = _number(trainer.callback_metrics.get("val/acc"))
+    test_acc = _number((test_metrics or {}).get("test/acc"))
+    hp = dict(getattr(model, "hparams", {}))
+    return {
+        "method": getattr(model, "method_name", type(model).__name__),
+        "alpha": hp.get("alpha"),
+        "backbone": hp.get("backbone"),
+        "dataset": getattr(datamodule, "name", type(datamodule).__name__),
+        "noise": datamodule.noise_info() if hasattr(datamodule, "noise_info") else None,
+        "seed": seed,
+        "epochs": trainer.current_epoch,
+        "best_epoch": epoch,
+        "monitor": monitor,
+        "monitor_score": score,
+        "val_acc": val_acc,
+        "test_acc": test_acc,
+        "t_estimation_error": t_estimation_error(model, datamodule),
+        "wall_time_s": wall_time_s,
+        "checkpoint": path,
+    }
+
+
+def write_results(results: dict[str, Any], path: str | Path) -> Path:
+    """Write ``results`` as pretty JSON and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    return path

@@ -1,0 +1,130 @@
+"""Shared fixtures: tiny datasets written in their real on-disk formats, and a CLI runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+
+
+def write_idx_images(path: Path, images: np.ndarray) -> None:
+    """Write uint8 images (N, H, W) as an IDX3 file (MNIST's format)."""
+    n, h, w = images.shape
+    with open(path, "wb") as fh:
+        fh.write(struct.pack(">IIII", 2051, n, h, w))
+        fh.write(images.astype(np.uint8).tobytes())
+
+
+def write_idx_labels(path: Path, labels: np.ndarray) -> None:
+    """Write uint8 labels (N,) as an IDX1 file (MNIST's format)."""
+    with open(path, "wb") as fh:
+        fh.write(struct.pack(">II", 2049, len(labels)))
+        fh.write(labels.astype(np.uint8).tobytes())
+
+
+def _class_images(labels: np.ndarray, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Images whose mean brightness depends on the class, so a model can learn something."""
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 60, size=(len(labels), *shape))
+    return np.clip(base + labels.reshape(-1, *([1] * len(shape))) * 19, 0, 255).astype(np.uint8)
+
+
+def make_mnist(root: Path, n_train: int = 320, n_test: int = 64, seed: int = 0) -> Path:
+    """Write a tiny MNIST in torchvision's layout ``root/MNIST/raw/*-ubyte``; return ``root``."""
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        labels = rng.integers(0, 10, size=n)
+        write_idx_images(raw / f"{prefix}-images-idx3-ubyte", _class_images(labels, (28, 28), n))
+        write_idx_labels(raw / f"{prefix}-labels-idx1-ubyte", labels)
+    return root
+
+
+def make_cifar(
+    root: Path, num_classes: int = 10, n_train: int = 200, n_test: int = 50, seed: int = 0
+) -> Path:
+    """Write a tiny CIFAR-10/100 in torchvision's pickle layout; return ``root``."""
+    rng = np.random.default_rng(seed)
+
+    def batch(n: int, key: str) -> dict[str, Any]:
+        labels = rng.integers(0, num_classes, size=n)
+        data = _class_images(labels % 10, (3072,), n)
+        entry = {"data": data, key: labels.tolist(), "filenames": [f"{i}.png" for i in range(n)]}
+        if num_classes == 100:
+            entry["coarse_labels"] = (labels // 5).tolist()
+        return entry
+
+    if num_classes == 10:
+        folder = root / "cifar-10-batches-py"
+        folder.mkdir(parents=True, exist_ok=True)
+        per = n_train // 5
+        for i in range(1, 6):
+            with open(folder / f"data_batch_{i}", "wb") as fh:
+                pickle.dump(batch(per, "labels"), fh)
+        with open(folder / "test_batch", "wb") as fh:
+            pickle.dump(batch(n_test, "labels"), fh)
+    else:
+        folder = root / "cifar-100-python"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, n in (("train", n_train), ("test", n_test)):
+            with open(folder / name, "wb") as fh:
+                pickle.dump(batch(n, "fine_labels"), fh)
+    return root
+
+
+@pytest.fixture(scope="session")
+def mnist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_mnist(tmp_path_factory.mktemp("mnist"))
+
+
+@pytest.fixture(scope="session")
+def cifar10_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_cifar(tmp_path_factory.mktemp("cifar10"), 10)
+
+
+@pytest.fixture(scope="session")
+def cifar100_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_cifar(tmp_path_factory.mktemp("cifar100"), 100, n_train=400, n_test=100)
+
+
+@pytest.fixture()
+def run_cli(tmp_path: Path) -> Callable[..., Any]:
+    """Run ``noisylabels`` in-process with ``args``; the run dir defaults to ``tmp_path``."""
+    from noisylabels.cli import run
+
+    def _run(*args: str, root: Path | None = None) -> Any:
+        argv = list(args)
+        if not any(a.startswith("--trainer.default_root_dir") for a in argv):
+            argv += ["--trainer.default_root_dir", str(root or tmp_path)]
+        if argv and argv[0] in ("fit", "validate", "test", "predict"):
+            argv += ["--trainer.enable_progress_bar", "false"]
+        return run(argv)
+
+    return _run
+
+
+def read_results(root: Path) -> dict[str, Any]:
+    """The single ``results.json`` written under ``root``."""
+    found = sorted(root.rglob("results.json"))
+    assert len(found) == 1, f"expected one results.json under {root}, found {found}"
+    return json.loads(found[0].read_text())
+
+
+def real_mnist_dir() -> Path | None:
+    """Folder holding real MNIST (``MNIST/raw``), from ``NOISYLABELS_DATA_DIR``; else None."""
+    value = os.environ.get("NOISYLABELS_DATA_DIR")
+    if not value:
+        return None
+    path = Path(value)
+    return path if (path / "MNIST" / "raw" / "train-images-idx3-ubyte").is_file() else None

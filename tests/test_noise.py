@@ -1,0 +1,386 @@
+"""Tests for noisylabels.noise (row-stochastic T[i, j] = P(noisy=j | clean=i))."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from noisylabels.noise import (
+    CIFAR100_COARSE,
+    NOISE_TYPES,
+    anchor_transition,
+    asymmetric_transition,
+    bias_transition,
+    build_transition,
+    check_transition,
+    corrupt_labels,
+    dual_t_correction,
+    dual_t_transition,
+    estimation_error,
+    from_column_stochastic,
+    instance_dependent_noise,
+    load_transition,
+    make_noisy_labels,
+    noise_rate,
+    pair_transition,
+    save_transition,
+    semantic_transition,
+    symmetric_transition,
+    to_column_stochastic,
+)
+
+CLASS_TYPES = ("none", "symmetric", "pair", "asymmetric", "semantic")
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _empirical_T(clean: torch.Tensor, noisy: torch.Tensor, c: int) -> torch.Tensor:
+    counts = torch.bincount(clean * c + noisy, minlength=c * c).view(c, c).double()
+    return counts / counts.sum(dim=1, keepdim=True)
+
+
+def _dataset_for(c: int) -> str:
+    return "cifar100" if c == 100 else "cifar10"
+
+
+# --- transition matrices -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("noise_type", CLASS_TYPES)
+@pytest.mark.parametrize("c", [10, 100])
+@pytest.mark.parametrize("rate", [0.0, 0.2, 0.45])
+def test_build_transition_row_stochastic(noise_type: str, c: int, rate: float) -> None:
+    T = build_transition(noise_type, c, rate, seed=3, dataset=_dataset_for(c))
+    assert T is not None and T.shape == (c, c)
+    check_transition(T, c)
+    assert torch.allclose(T.sum(dim=1), torch.ones(c), atol=1e-5)
+    assert (T >= 0).all()
+    if noise_type in ("symmetric", "pair", "asymmetric"):
+        assert torch.allclose(T.diagonal(), torch.full((c,), 1.0 - rate), atol=1e-6)
+
+
+@pytest.mark.parametrize("c", [2, 3, 7])
+def test_small_class_counts(c: int) -> None:
+    for noise_type in ("symmetric", "pair", "asymmetric"):
+        check_transition(build_transition(noise_type, c, 0.3, seed=1), c)
+
+
+def test_instance_and_file_have_no_T() -> None:
+    assert build_transition("instance", 10, 0.2) is None
+    assert build_transition("file", 10, 0.2) is None
+    assert torch.equal(build_transition("none", 4, 0.3), torch.eye(4))
+
+
+def test_symmetric_and_pair_values() -> None:
+    T = symmetric_transition(5, 0.4)
+    assert torch.allclose(T[0], torch.tensor([0.6, 0.1, 0.1, 0.1, 0.1]))
+    P = pair_transition(4, 0.3)
+    expected = torch.tensor(
+        [[0.7, 0.3, 0, 0], [0, 0.7, 0.3, 0], [0, 0, 0.7, 0.3], [0.3, 0, 0, 0.7]]
+    )
+    assert torch.allclose(P, expected)
+
+
+def test_validation_errors() -> None:
+    with pytest.raises(ValueError, match="0.5"):
+        pair_transition(10, 0.5)
+    with pytest.raises(ValueError, match="0.5"):
+        build_transition("pair", 10, 0.5)
+    for bad in (1.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match=r"\[0, 1\)"):
+            build_transition("symmetric", 10, bad)
+    with pytest.raises(ValueError, match="symmetric"):
+        build_transition("gaussian", 10, 0.2)
+    with pytest.raises(ValueError, match="cifar100"):
+        semantic_transition("imagenet", 10, 0.2)
+    with pytest.raises(ValueError, match="num_classes"):
+        semantic_transition("cifar10", 100, 0.2)
+    with pytest.raises(ValueError, match="dataset"):
+        build_transition("semantic", 10, 0.2)
+    with pytest.raises(ValueError, match="num_classes"):
+        symmetric_transition(1, 0.2)
+
+
+def test_asymmetric_seeded() -> None:
+    a = build_transition("asymmetric", 10, 0.3, seed=5)
+    b = build_transition("asymmetric", 10, 0.3, seed=5)
+    c = build_transition("asymmetric", 10, 0.3, seed=6)
+    assert torch.equal(a, b)
+    assert not torch.allclose(a, c)
+    T = asymmetric_transition(10, 0.3, _gen(5))
+    assert torch.equal(T, a)
+    off = T[~torch.eye(10, dtype=torch.bool)]
+    # U(0.1, 1) draws rescaled to sum to 0.3 over 9 entries: ratio max/min <= 10
+    assert off.min() > 0
+    assert (off.view(10, 9).max(1).values / off.view(10, 9).min(1).values <= 10 + 1e-4).all()
+
+
+def test_semantic_pairs() -> None:
+    T = semantic_transition("mnist", 10, 0.3)
+    for src, dst in [(2, 7), (3, 8), (5, 6), (6, 5), (7, 1)]:
+        assert T[src, src] == pytest.approx(0.7) and T[src, dst] == pytest.approx(0.3)
+    for k in (0, 1, 4, 8, 9):
+        assert T[k, k] == 1.0
+    assert torch.equal(semantic_transition("digits", 10, 0.3), T)
+    T = semantic_transition("CIFAR10", 10, 0.4)
+    for src, dst in [(9, 1), (2, 0), (4, 7), (3, 5), (5, 3)]:
+        assert T[src, dst] == pytest.approx(0.4)
+    for k in (0, 1, 6, 7, 8):
+        assert T[k, k] == 1.0
+
+
+def test_cifar100_coarse() -> None:
+    assert len(CIFAR100_COARSE) == 100
+    counts = np.bincount(np.asarray(CIFAR100_COARSE), minlength=20)
+    assert counts.tolist() == [5] * 20
+    assert CIFAR100_COARSE[:5] == (4, 1, 14, 8, 0)
+
+
+def test_semantic_cifar100_within_superclass() -> None:
+    T = semantic_transition("cifar100", 100, 0.3)
+    coarse = torch.tensor(CIFAR100_COARSE)
+    off = T.clone()
+    off.fill_diagonal_(0)
+    src, dst = torch.nonzero(off, as_tuple=True)
+    assert src.tolist() == list(range(100))  # every class flips to exactly one other class
+    assert sorted(dst.tolist()) == list(range(100))  # a permutation: cycles within super-classes
+    assert torch.equal(coarse[src], coarse[dst])
+    clean = torch.arange(100).repeat(200)
+    noisy, _ = make_noisy_labels(clean, "semantic", 0.3, 100, seed=0, dataset="cifar100")
+    assert torch.equal(coarse[clean], coarse[noisy])
+    assert (clean != noisy).any()
+
+
+# --- check_transition and converters -------------------------------------------------------
+
+
+def test_check_transition_rejects() -> None:
+    with pytest.raises(ValueError, match="square"):
+        check_transition(torch.ones(3, 4) / 4)
+    with pytest.raises(ValueError, match="square"):
+        check_transition(torch.ones(3) / 3)
+    with pytest.raises(ValueError, match="expected 4 x 4"):
+        check_transition(torch.eye(3), 4)
+    with pytest.raises(ValueError, match="negative"):
+        check_transition(torch.tensor([[1.2, -0.2], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match=r"rows \[1\]"):
+        check_transition(torch.tensor([[1.0, 0.0], [0.3, 0.3]]))
+    with pytest.raises(ValueError, match="non-finite"):
+        check_transition(torch.tensor([[float("nan"), 1.0], [0.0, 1.0]]))
+    out = check_transition(torch.eye(3, dtype=torch.int64))
+    assert out.is_floating_point()
+
+
+def test_column_converters() -> None:
+    T = build_transition("asymmetric", 6, 0.35, seed=2)
+    T_col = to_column_stochastic(T)
+    assert torch.allclose(T_col.sum(dim=0), torch.ones(6), atol=1e-5)
+    assert T_col[1, 0] == T[0, 1]  # T_col[j, i] = P(noisy=j | clean=i)
+    assert torch.equal(from_column_stochastic(T_col), T)
+
+
+# --- file I/O ------------------------------------------------------------------------------
+
+
+def test_load_save_round_trip(tmp_path) -> None:
+    T = build_transition("asymmetric", 5, 0.3, seed=4)
+    for name in ("t.pt", "t.csv", "t.npy", "t.txt"):
+        save_transition(T, tmp_path / name)
+        assert torch.equal(load_transition(tmp_path / name, 5), T), name
+    torch.save({"transition": T}, tmp_path / "d.pth")
+    assert torch.equal(load_transition(tmp_path / "d.pth", 5), T)
+    np.save(tmp_path / "n.npy", T.double().numpy())
+    assert torch.allclose(load_transition(tmp_path / "n.npy", 5), T)
+    (tmp_path / "w.txt").write_text("# comment\n0.8 0.2\n\n0.1   0.9\n")
+    assert torch.allclose(
+        load_transition(tmp_path / "w.txt", 2), torch.tensor([[0.8, 0.2], [0.1, 0.9]])
+    )
+
+
+def test_load_errors(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        load_transition(tmp_path / "missing.pt", 3)
+    (tmp_path / "bad.csv").write_text("0.5,0.6\n0.1,0.9\n")
+    with pytest.raises(ValueError, match="bad.csv"):
+        load_transition(tmp_path / "bad.csv", 2)
+    (tmp_path / "junk.csv").write_text("a,b\n")
+    with pytest.raises(ValueError, match="junk.csv"):
+        load_transition(tmp_path / "junk.csv", 2)
+    save_transition(torch.eye(3), tmp_path / "eye.csv")
+    with pytest.raises(ValueError, match="num_classes=4"):
+        load_transition(tmp_path / "eye.csv", 4)
+    torch.save({"T": torch.eye(2)}, tmp_path / "nokey.pt")
+    with pytest.raises(ValueError, match="transition"):
+        load_transition(tmp_path / "nokey.pt", 2)
+    (tmp_path / "t.json").write_text("[]")
+    with pytest.raises(ValueError, match="unsupported"):
+        load_transition(tmp_path / "t.json", 2)
+
+
+# --- corruption ----------------------------------------------------------------------------
+
+# 500k balanced labels (50k per class) so that 0.01 is > 4 standard errors for every entry.
+N_EMPIRICAL = 500_000
+
+
+@pytest.mark.parametrize(
+    ("noise_type", "rate", "dataset", "flip_fraction"),
+    [
+        ("symmetric", 0.4, None, 1.0),
+        ("pair", 0.45, None, 1.0),
+        ("asymmetric", 0.3, None, 1.0),
+        ("semantic", 0.3, "mnist", 0.5),  # 5 of 10 MNIST classes have a partner
+        ("semantic", 0.4, "cifar10", 0.5),
+    ],
+)
+def test_corruption_reproduces_T(noise_type, rate, dataset, flip_fraction) -> None:
+    c = 10
+    clean = torch.arange(N_EMPIRICAL) % c
+    noisy, T = make_noisy_labels(clean, noise_type, rate, c, seed=11, dataset=dataset)
+    assert noisy.dtype == torch.long and noisy.shape == clean.shape
+    assert (torch.abs(_empirical_T(clean, noisy, c) - T.double()) < 0.01).all()
+    assert noise_rate(clean, noisy) == pytest.approx(rate * flip_fraction, abs=0.005)
+
+
+def test_corrupt_labels_seeding() -> None:
+    clean = torch.randint(0, 10, (20_000,), generator=_gen(0))
+    T = symmetric_transition(10, 0.3)
+    a = corrupt_labels(clean, T, _gen(1))
+    b = corrupt_labels(clean, T, _gen(1))
+    c = corrupt_labels(clean, T, _gen(2))
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    n1, _ = make_noisy_labels(clean, "symmetric", 0.3, 10, seed=7)
+    n2, _ = make_noisy_labels(clean, "symmetric", 0.3, 10, seed=7)
+    n3, _ = make_noisy_labels(clean, "symmetric", 0.3, 10, seed=8)
+    assert torch.equal(n1, n2) and not torch.equal(n1, n3)
+    # a seeded make_noisy_labels does not depend on the global RNG
+    torch.manual_seed(123)
+    n4, _ = make_noisy_labels(clean, "symmetric", 0.3, 10, seed=7)
+    assert torch.equal(n1, n4)
+
+
+def test_make_noisy_labels_none_and_file() -> None:
+    clean = torch.arange(50) % 5
+    noisy, T = make_noisy_labels(clean, "none", 0.0, 5, seed=0)
+    assert torch.equal(noisy, clean) and noisy is not clean
+    assert torch.equal(T, torch.eye(5))
+    with pytest.raises(ValueError, match="file"):
+        make_noisy_labels(clean, "file", 0.2, 5, seed=0)
+    with pytest.raises(ValueError, match="features"):
+        make_noisy_labels(clean, "instance", 0.2, 5, seed=0)
+    with pytest.raises(ValueError, match=r"\[0, 5\)"):
+        make_noisy_labels(torch.tensor([0, 5]), "symmetric", 0.2, 5, seed=0)
+    with pytest.raises(ValueError):
+        make_noisy_labels(clean, "bogus", 0.2, 5, seed=0)
+    assert "bogus" not in NOISE_TYPES
+
+
+def test_noise_rate() -> None:
+    assert noise_rate(torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 0, 0])) == 0.5
+    assert noise_rate(torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long)) == 0.0
+    with pytest.raises(ValueError):
+        noise_rate(torch.tensor([0, 1]), torch.tensor([0]))
+
+
+@pytest.mark.parametrize("rate", [0.2, 0.4])
+def test_instance_dependent_noise(rate: float) -> None:
+    c, n = 10, 20_000
+    features = torch.randn(n, 3, 8, 8, generator=_gen(0))
+    clean = torch.randint(0, c, (n,), generator=_gen(1))
+    noisy, T = make_noisy_labels(clean, "instance", rate, c, seed=3, features=features)
+    assert T is None
+    assert noisy.dtype == torch.long and noisy.shape == clean.shape
+    assert noisy.min() >= 0 and noisy.max() < c
+    assert abs(noise_rate(clean, noisy) - rate) < 0.05
+    again = instance_dependent_noise(features, clean, c, rate, _gen(3))
+    assert torch.equal(noisy, again)
+    other = instance_dependent_noise(features, clean, c, rate, _gen(4))
+    assert not torch.equal(noisy, other)
+    # flip targets depend on the instance: for one repeated feature vector they follow
+    # softmax(x @ W[y]), far from uniform over the other classes
+    same = instance_dependent_noise(
+        features[:1].expand(n, -1, -1, -1), torch.zeros(n, dtype=torch.long), c, rate, _gen(5)
+    )
+    counts = torch.bincount(same[same != 0], minlength=c)[1:].float()
+    assert counts.max() > 1.5 * counts.min()
+
+
+# --- estimation ----------------------------------------------------------------------------
+
+
+def _synthetic_posteriors(T: torch.Tensor, n: int = 20_000, seed: int = 0) -> torch.Tensor:
+    """Noisy posteriors p @ T from near-one-hot clean posteriors p; 20 % of every class are
+    near-pure anchors (more than the 3 % the outlier filter drops)."""
+    g = _gen(seed)
+    c = T.shape[0]
+    y = torch.arange(n) % c
+    rest = torch.rand(n, c, generator=g)
+    rest = rest / rest.sum(dim=1, keepdim=True)
+    delta = torch.rand(n, generator=g) * 0.5
+    anchor = torch.rand(n, generator=g) < 0.2
+    delta = torch.where(anchor, delta * 0.005, delta)
+    p = (1 - delta)[:, None] * torch.nn.functional.one_hot(y, c).float() + delta[:, None] * rest
+    return p @ T
+
+
+@pytest.mark.parametrize("filter_outliers", [True, False])
+def test_anchor_recovers_T(filter_outliers: bool) -> None:
+    T = build_transition("asymmetric", 5, 0.35, seed=9)
+    probs = _synthetic_posteriors(T)
+    before = probs.clone()
+    T_hat = anchor_transition(probs, filter_outliers=filter_outliers)
+    assert torch.equal(probs, before)  # input not mutated
+    check_transition(T_hat, 5)
+    assert (T_hat - T).abs().max() < 0.05
+    assert estimation_error(T, T_hat) < 0.05
+
+
+def test_anchor_filter_matches_quantile() -> None:
+    probs = torch.softmax(torch.randn(3000, 4, generator=_gen(1)), dim=1)
+    T_hat = anchor_transition(probs, filter_outliers=True, quantile=0.97)
+    thr = torch.quantile(probs, 0.97, dim=0)
+    expected = torch.stack(
+        [probs[torch.where(probs[:, i] < thr[i], probs[:, i], -1.0).argmax()] for i in range(4)]
+    )
+    assert torch.allclose(T_hat, expected / expected.sum(1, keepdim=True))
+    with pytest.raises(ValueError, match="0.97"):
+        anchor_transition(probs, quantile=97)
+
+
+def test_dual_t() -> None:
+    probs = torch.softmax(torch.randn(2000, 6, generator=_gen(2)) * 3, dim=1)
+    noisy = probs.argmax(dim=1)
+    assert torch.equal(dual_t_correction(probs, noisy, 6), torch.eye(6))
+    assert torch.allclose(dual_t_transition(probs, noisy), anchor_transition(probs))
+    # hand example: predictions [0, 0, 1, 1], noisy [0, 1, 1, 1]; class 2 never predicted
+    p = torch.tensor([[0.9, 0.05, 0.05], [0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.2, 0.7, 0.1]])
+    T_spade = dual_t_correction(p, torch.tensor([0, 1, 1, 1]), 3)
+    assert torch.allclose(T_spade, torch.tensor([[0.5, 0.5, 0.0], [0.0, 1.0, 0.0], [0, 0, 1.0]]))
+    check_transition(dual_t_transition(p, torch.tensor([0, 1, 1, 1]), filter_outliers=False), 3)
+
+
+def test_estimation_error() -> None:
+    T = symmetric_transition(4, 0.2)
+    assert estimation_error(T, T) == 0.0
+    T_hat = torch.tensor([[0.9, 0.1], [0.0, 1.0]])
+    assert estimation_error(torch.eye(2), T_hat) == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        estimation_error(torch.eye(2), torch.eye(3))
+
+
+def test_bias_transition() -> None:
+    T = pair_transition(10, 0.45)
+    b1 = bias_transition(T, 0.1, _gen(0))
+    b2 = bias_transition(T, 0.1, _gen(0))
+    b3 = bias_transition(T, 0.1, _gen(1))
+    check_transition(b1, 10)
+    assert torch.equal(b1, b2) and not torch.equal(b1, b3)
+    assert 0 < estimation_error(T, b1) < 1
+    assert estimation_error(T, bias_transition(T, 0.01, _gen(0))) < estimation_error(T, b1)
+    assert torch.equal(bias_transition(T, 0.0, _gen(0)), T)
+    with pytest.raises(ValueError, match="gamma"):
+        bias_transition(T, -0.1, _gen(0))
