@@ -38,7 +38,10 @@ class NoisyLabelMethod(L.LightningModule):
         optimizer: ``sgd`` (with ``momentum``) or ``adam``.
         lr, momentum, weight_decay: optimizer settings (paper: SGD 0.01, 0.9, 1e-4).
         milestones, lr_gamma: MultiStepLR epochs and factor (paper: 30, 60 and 0.1).
-        backbone_kwargs: extra arguments of the backbone factory (e.g. ``pretrained``).
+        pretrained: start from ImageNet weights (``resnet50`` only; from torchvision's local
+            cache or ``weights_path``).
+        weights_path: a state-dict file of pretrained backbone weights.
+        backbone_kwargs: extra arguments of the backbone factory (e.g. ``hidden`` of ``mlp``).
         weight_warning: warn when more than this fraction of an epoch's samples get a
             non-positive VRNL weight ``1 + 2 alpha (mean(l) - l_i)``.
         channels_last: run convolutional backbones in channels-last memory format.
@@ -57,6 +60,8 @@ class NoisyLabelMethod(L.LightningModule):
         weight_decay: float = 1e-4,
         milestones: Sequence[int] = (30, 60),
         lr_gamma: float = 0.1,
+        pretrained: bool = False,
+        weights_path: str | None = None,
         backbone_kwargs: dict[str, Any] | None = None,
         weight_warning: float = 0.05,
         channels_last: bool = False,
@@ -72,9 +77,15 @@ class NoisyLabelMethod(L.LightningModule):
         self.num_classes = num_classes
         self.alpha = float(alpha)
         self.variance_scope = variance_scope
-        self.net = build_backbone(
-            backbone, num_classes, tuple(input_shape), **(backbone_kwargs or {})
-        )
+        kwargs = dict(backbone_kwargs or {})
+        if pretrained or weights_path:
+            if backbone != "resnet50":
+                raise ValueError(
+                    f"pretrained weights are available for resnet50 only, not {backbone!r}; "
+                    "set --model.pretrained false"
+                )
+            kwargs.update(pretrained=True, weights_path=weights_path)
+        self.net = build_backbone(backbone, num_classes, tuple(input_shape), **kwargs)
         if channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
