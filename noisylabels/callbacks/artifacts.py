@@ -6,13 +6,23 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from noisylabels.noise import save_transition
 
 
 def run_dir(trainer: L.Trainer) -> Path:
-    """The folder a run writes its logs, checkpoints and results to."""
-    return Path(trainer.log_dir or trainer.default_root_dir)
+    """The folder a run writes its logs, checkpoints and results to.
+
+    Unlike ``trainer.log_dir`` (a broadcast that every DDP process must join) this is local, so
+    rank-0-only code may call it; rank 0's answer is the run's folder.
+    """
+    loggers = trainer.loggers
+    if not loggers:
+        return Path(trainer.default_root_dir)
+    first = loggers[0]
+    path = first.log_dir if isinstance(first, (TensorBoardLogger, CSVLogger)) else first.save_dir
+    return Path(path or trainer.default_root_dir)
 
 
 class NoiseRecorder(L.Callback):

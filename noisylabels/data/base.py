@@ -11,6 +11,7 @@ unknown (real-world noise). Transition matrices are row-stochastic:
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,8 +19,9 @@ from typing import Any, ClassVar
 import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
+from noisylabels.data.distributed import ShardSampler
 from noisylabels.data.transforms import BatchTransform
 from noisylabels.noise import NOISE_TYPES, make_noisy_labels, noise_rate
 
@@ -32,7 +34,9 @@ class LoadedData:
 
     ``train_images``/``test_images`` are whatever the subclass's datasets index (uint8 NCHW
     tensors for in-memory data). ``train_noisy`` holds real noisy labels where the dataset ships
-    them (then ``train_clean`` may hold ``-1`` for unknown clean labels).
+    them (then ``train_clean`` may hold ``-1`` for unknown clean labels). ``val_images`` /
+    ``val_labels`` give a separate clean validation set; then the whole training set is trained on
+    and no noisy validation split is held out.
     """
 
     train_images: Any
@@ -40,6 +44,8 @@ class LoadedData:
     test_images: Any
     test_labels: Tensor
     train_noisy: Tensor | None = None
+    val_images: Any = None
+    val_labels: Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -175,6 +181,12 @@ class NoisyDataModule(L.LightningDataModule):
         """Dataset over ``indices`` of ``images``; in-memory tensors by default."""
         return TensorDictDataset(images, labels, clean_labels, indices)
 
+    def make_sampler(self, dataset: Dataset, shuffle: bool) -> Sampler | None:
+        """Sampler of a loader; ``None`` (default) shuffles or keeps the order as ``shuffle``
+        says. A custom sampler should define ``set_epoch`` and ``__len__`` so Lightning can
+        shard it under DDP."""
+        return None
+
     # ------------------------------------------------------------------ Lightning hooks
     def prepare_data(self) -> None:
         if self.download:
@@ -208,7 +220,7 @@ class NoisyDataModule(L.LightningDataModule):
         n = len(noisy)
         gen = torch.Generator().manual_seed(self.noise_seed + 1_000_003)
         perm = torch.randperm(n, generator=gen)
-        n_val = int(math.floor(n * self.val_fraction))
+        n_val = 0 if data.val_labels is not None else int(math.floor(n * self.val_fraction))
         self.val_indices = perm[:n_val].sort().values
         self.train_indices = perm[n_val:].sort().values
 
@@ -256,6 +268,12 @@ class NoisyDataModule(L.LightningDataModule):
             return None
         return noise_rate(self.data.train_clean[known], self.noisy_labels[known])
 
+    @property
+    def clean_validation(self) -> bool:
+        """Whether validation uses a separate clean-labelled set instead of the noisy split;
+        methods then score validation with the clean posterior ``p`` rather than ``p @ T``."""
+        return self.data is not None and self.data.val_labels is not None
+
     def noise_info(self) -> dict[str, Any]:
         """Summary of the noise for results and logs."""
         return {
@@ -280,11 +298,29 @@ class NoisyDataModule(L.LightningDataModule):
         }
 
     # ------------------------------------------------------------------ loaders
-    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
+    def _loader(
+        self, dataset: Dataset, batch_size: int, shuffle: bool, shard: bool = True
+    ) -> DataLoader:
+        """A loader of ``dataset``. Under DDP a ``shard`` loader (those Lightning iterates) gives
+        this process its :class:`ShardSampler` share, so each sample is seen once per epoch
+        across processes; loaders a method iterates itself on every process pass
+        ``shard=False``."""
+        sampler = self.make_sampler(dataset, shuffle)
+        shards = getattr(self.trainer, "distributed_sampler_kwargs", None) if shard else None
+        if sampler is None and shards and shards.get("num_replicas", 1) > 1:
+            sampler = ShardSampler(
+                dataset,
+                shards["num_replicas"],
+                shards["rank"],
+                shuffle=shuffle,
+                seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),  # Lightning's sampler seed
+                batch_size=batch_size if shuffle else None,  # training: equal batch counts
+            )
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            shuffle=shuffle,
+            shuffle=shuffle and sampler is None,
+            sampler=sampler,
             num_workers=self.num_workers,
             collate_fn=collate_batch,
             persistent_workers=self.num_workers > 0,
@@ -301,6 +337,13 @@ class NoisyDataModule(L.LightningDataModule):
         return self._loader(self._split_dataset(self.train_indices, True), self.batch_size, True)
 
     def val_dataloader(self) -> DataLoader:
+        assert self.data is not None, "call setup() first"
+        if self.data.val_labels is not None:
+            labels = self.data.val_labels.long()
+            dataset = self.make_dataset(
+                self.data.val_images, labels, labels, torch.arange(len(labels)), False
+            )
+            return self._loader(dataset, self.eval_batch_size, False)
         return self._loader(
             self._split_dataset(self.val_indices, False), self.eval_batch_size, False
         )
@@ -316,7 +359,7 @@ class NoisyDataModule(L.LightningDataModule):
     def train_eval_dataloader(self) -> DataLoader:
         """The training split in order, without augmentation (for T estimation and statistics)."""
         return self._loader(
-            self._split_dataset(self.train_indices, False), self.eval_batch_size, False
+            self._split_dataset(self.train_indices, False), self.eval_batch_size, False, False
         )
 
     def predict_dataloader(self) -> DataLoader:

@@ -6,13 +6,18 @@ variance (the paper's proposal), ``alpha = 0`` is the base method and ``alpha < 
 The gradient of the objective weights sample ``i`` by ``w_i = 1 + 2 alpha (mean(l) - l_i)``.
 
 Under DDP, ``scope="global"`` computes mean and variance over the global batch with a
-differentiable all-reduce of ``(sum l, sum l^2, n)``, so gradients are those of the objective on
-the concatenated batch; ``scope="local"`` uses each process's own batch.
+differentiable all-reduce of ``(sum l, sum l^2, n)``; ``scope="local"`` uses each process's own
+batch. Why the global gradient is right: every process computes the same objective ``R`` of the
+global batch. The all-reduce's backward sums the incoming gradient over the ``W`` processes, so
+process ``r`` gets ``W * dR/d(its losses)``; DDP then averages the parameter gradients over the
+processes, which gives ``sum_r dR/d(losses of r) * d(losses of r)/dtheta = dR/dtheta``: the
+gradient of the objective on the concatenated batch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -31,35 +36,57 @@ class VRNLOutput:
     weights: Tensor
 
 
+class _AllReduceSum(torch.autograd.Function):
+    """Sum over processes; the backward sums the incoming gradients over processes too."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: Tensor) -> Tensor:
+        out = tensor.detach().clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        grad = grad.detach().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad
+
+
 def _global_sums(sums: Tensor) -> Tensor:
     """Differentiable sum of ``sums`` over all processes (identity without DDP)."""
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        from torch.distributed.nn.functional import all_reduce
-
-        return all_reduce(sums, op=dist.ReduceOp.SUM)
+        return _AllReduceSum.apply(sums)
     return sums
 
 
-def vrnl_objective(losses: Tensor, alpha: float, scope: str = "global") -> VRNLOutput:
+def vrnl_objective(
+    losses: Tensor, alpha: float, scope: str = "global", variance_losses: Tensor | None = None
+) -> VRNLOutput:
     """Return ``mean(l) - alpha * Var(l)`` for per-sample losses ``l`` of shape ``(n,)``.
 
     Args:
         losses: per-sample losses of the base method (with gradient).
         alpha: variance coefficient; positive increases the variance, negative penalizes it.
         scope: ``"global"`` (statistics over all DDP processes) or ``"local"``.
+        variance_losses: the same losses computed through another graph, when the variance
+            term must reach only some parameters (VolMinNet: the classifier, not T); their values
+            equal ``losses``. Default: ``losses``.
     """
     if scope not in SCOPES:
         raise ValueError(f"variance scope must be one of {SCOPES}, got {scope!r}")
     if losses.ndim != 1:
         raise ValueError(f"expected per-sample losses of shape (n,), got {tuple(losses.shape)}")
+    v = losses if variance_losses is None else variance_losses
+    if v.shape != losses.shape:
+        raise ValueError("variance_losses must have the shape of losses")
     sums = torch.stack(
-        [losses.sum(), losses.square().sum(), losses.new_tensor(float(losses.numel()))]
+        [losses.sum(), v.square().sum(), losses.new_tensor(float(losses.numel())), v.sum()]
     )
     if scope == "global":
         sums = _global_sums(sums)
     n = sums[2].detach().clamp_min(1.0)
     mean = sums[0] / n
-    variance = sums[1] / n - mean.square()
+    variance = sums[1] / n - (sums[3] / n).square()
     objective = mean - alpha * variance if alpha != 0 else mean
     with torch.no_grad():
         weights = 1.0 + 2.0 * alpha * (mean - losses)

@@ -1,0 +1,88 @@
+"""Sharding a dataset over DDP processes so that each sample is seen once per epoch.
+
+Lightning's default ``DistributedSampler`` pads every shard to the same length by repeating
+samples, so with ``N`` not divisible by the number of processes a few samples are trained on (and
+evaluated) twice per epoch. :class:`ShardSampler` splits without repeats instead: every process
+draws the same seeded order and takes every ``W``-th position from its rank.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sized
+
+import torch
+from torch.utils.data import DistributedSampler
+
+
+def usable_length(n: int, num_replicas: int, batch_size: int | None) -> int:
+    """How many of ``n`` samples one epoch uses: all of them, except when the last step of
+    ``num_replicas`` batches of ``batch_size`` would have fewer than ``num_replicas`` samples
+    (some process would then have no batch and DDP would stall); that remainder is skipped."""
+    if batch_size is None or num_replicas == 1:
+        return n
+    tail = n % (num_replicas * batch_size)
+    return n - tail if 0 < tail < num_replicas else n
+
+
+class ShardSampler(DistributedSampler):
+    """This process's share of a per-epoch order of ``dataset``, without repeated samples.
+
+    Every process draws the same order (a permutation seeded by ``seed + epoch`` when
+    ``shuffle``, else ``0..N-1``) and takes positions ``rank, rank + W, rank + 2W, ...``
+    (``W = num_replicas``), so the shards partition the dataset. With ``batch_size`` (training),
+    the ``k``-th batches of all processes together are positions ``[kWB, (k+1)WB)`` of the order,
+    the batch one process with batch size ``WB`` would draw, and every process gets the same
+    number of batches (see :func:`usable_length` for the rare remainder that is skipped). Without
+    ``batch_size`` (evaluation) nothing is skipped and shards differ in length by at most one.
+
+    It subclasses ``DistributedSampler`` so that Lightning keeps it (and calls ``set_epoch``)
+    instead of injecting its own padded sampler.
+    """
+
+    def __init__(
+        self,
+        dataset: Sized,
+        num_replicas: int,
+        rank: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        batch_size: int | None = None,
+    ) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.batch_size = batch_size
+        n = len(dataset)
+        self.total_size = usable_length(n, num_replicas, batch_size)
+        self.num_samples = len(range(rank, self.total_size, num_replicas))
+        if rank == 0 and self.total_size < n:
+            nearest = min(
+                (b for b in range(1, 2 * batch_size + 2) if usable_length(n, num_replicas, b) == n),
+                key=lambda b: (abs(b - batch_size), b),
+                default=None,
+            )
+            fix = (
+                f"Batch size {nearest} would train on every sample"
+                if nearest is not None
+                else f"Use at most {n} processes"
+            )
+            warnings.warn(
+                f"{n} training samples in batches of {batch_size} on {num_replicas} processes "
+                f"leave {n - self.total_size} (fewer than {num_replicas}) for a last step, too "
+                f"few for every process: they are skipped each epoch (different ones each "
+                f"epoch). {fix}",
+                stacklevel=2,
+            )
+
+    def __iter__(self) -> Iterator[int]:
+        n = len(self.dataset)
+        if self.shuffle:
+            gen = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(n, generator=gen)
+        else:
+            order = torch.arange(n)
+        return iter(order[self.rank : self.total_size : self.num_replicas].tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
