@@ -2,6 +2,17 @@
 
 from noisylabels.methods.base import CE, NoisyLabelMethod
 from noisylabels.methods.forward import Forward, TransitionMethod
+from noisylabels.methods.reweight import Reweight
+from noisylabels.methods.volminnet import VolMinNet
 from noisylabels.methods.vrnl import VRNLOutput, vrnl_objective
 
-__all__ = ["CE", "Forward", "NoisyLabelMethod", "TransitionMethod", "VRNLOutput", "vrnl_objective"]
+__all__ = [
+    "CE",
+    "Forward",
+    "NoisyLabelMethod",
+    "Reweight",
+    "TransitionMethod",
+    "VolMinNet",
+    "VRNLOutput",
+    "vrnl_objective",
+]

@@ -1,0 +1,117 @@
+"""VolMinNet (Li et al., "Provably End-to-end Label-Noise Learning without Anchor Points",
+ICML 2021): the transition matrix is learned with the classifier, and the volume of T is
+minimized.
+
+Parameterization: ``W`` (C x C) starts at ``-kappa``; ``A = I + sigmoid(W) ⊙ (1 - I)`` (diagonal
+fixed at 1) and ``T = A`` with each row divided by its sum, so T is row-stochastic
+(``T[i, j] = P(noisy=j | clean=i)``) and each diagonal entry is its row's maximum.
+
+Per-sample loss ``l_i = -log((p @ T)_{y~_i} + 1e-12)``; objective
+``mean(l) + lam · log|det T| - alpha · Var(l)`` (the variance covers the cross-entropy part
+only and its gradient reaches the classifier, not T, as in the VRNL paper; ``alpha != 0`` is
+VolMinNet-VRNL). T has its own optimizer (Adam or SGD, lr 0.01, no weight
+decay) with the model's LR milestones; both step on every batch (manual optimization).
+Validation uses ``p @ T`` against the noisy labels; the test accuracy uses the clean ``p``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from noisylabels.methods.base import OPTIMIZERS, NoisyLabelMethod
+from noisylabels.methods.forward import apply_transition, forward_loss
+
+
+class VolMinNet(NoisyLabelMethod):
+    """Learn T jointly with the classifier, minimizing ``log|det T|`` (Li et al. 2021).
+
+    Args:
+        kappa: initial value ``-kappa`` of every entry of ``W`` (paper: 2; 4.5 on CIFAR-100).
+        lam: weight λ of ``log|det T|`` (paper: 1e-4).
+        t_optimizer: optimizer of T, ``adam`` (MNIST, CIFAR-100) or ``sgd`` (CIFAR-10; with the
+            module's ``momentum``).
+        t_lr: learning rate of T (paper: 0.01).
+        t_weight_decay: weight decay of T (paper: 0).
+        **kwargs: see :class:`~noisylabels.methods.base.NoisyLabelMethod`.
+
+    Both optimizers step on every batch (manual optimization); a batch counts as one step of
+    Lightning's ``global_step``.
+    """
+
+    def __init__(
+        self,
+        kappa: float = 2.0,
+        lam: float = 1e-4,
+        t_optimizer: str = "adam",
+        t_lr: float = 0.01,
+        t_weight_decay: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if t_optimizer not in OPTIMIZERS:
+            raise ValueError(f"t_optimizer must be one of {OPTIMIZERS}, got {t_optimizer!r}")
+        if t_lr <= 0:
+            raise ValueError(f"t_lr must be positive, got {t_lr}")
+        if lam < 0:
+            raise ValueError(f"lam (the log-det weight λ) must be >= 0, got {lam}")
+        self.automatic_optimization = False
+        self.W = nn.Parameter(torch.full((self.num_classes, self.num_classes), -float(kappa)))
+        self.register_buffer("off_diagonal", 1.0 - torch.eye(self.num_classes), persistent=False)
+
+    def transition(self) -> Tensor:
+        """The current T (row-stochastic, differentiable in ``W``)."""
+        A = torch.sigmoid(self.W) * self.off_diagonal + (1.0 - self.off_diagonal)
+        return A / A.sum(dim=1, keepdim=True)
+
+    def noisy_posterior(self, probs: Tensor) -> Tensor:
+        return apply_transition(probs, self.transition())
+
+    def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        return forward_loss(F.softmax(logits.float(), dim=1), self.transition(), batch["label"])
+
+    def variance_losses(self, logits: Tensor, batch: dict[str, Tensor], losses: Tensor) -> Tensor:
+        """The same CE losses through a detached T: VRNL regularizes the classifier only, T
+        learns from ``mean(l) + lam · log|det T|`` (VRNL paper, "Work with VolMinNet")."""
+        T = self.transition().detach()
+        return forward_loss(F.softmax(logits.float(), dim=1), T, batch["label"])
+
+    def extra_objective(self) -> Tensor:
+        """``lam · log|det T|``: minimizing it shrinks the volume of T."""
+        return self.hparams.lam * torch.linalg.slogdet(self.transition()).logabsdet
+
+    # ---------------------------------------------------------------- optimization
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        opt_net, opt_t = self.optimizers()
+        out = self.training_objective(batch)
+        opt_net.zero_grad()
+        opt_t.zero_grad()
+        self.manual_backward(out["loss"])
+        # T steps on its plain torch optimizer so that a batch is one step of Lightning's
+        # global_step (max_steps, fast_dev_run); with a loss scaler (16-bit mixed precision) the
+        # scaler unscales T's gradients and skips the step on inf/nan, before the model's step
+        # updates the scale
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+        if scaler is not None:
+            scaler.step(opt_t.optimizer)
+        else:
+            opt_t.optimizer.step()
+        opt_net.step()
+        return out
+
+    def on_train_epoch_end(self) -> None:
+        super().on_train_epoch_end()
+        schedulers = self.lr_schedulers()
+        if schedulers is None:
+            return
+        for scheduler in schedulers if isinstance(schedulers, list) else [schedulers]:
+            scheduler.step()
+
+    def configure_optimizers(self) -> Any:
+        hp = self.hparams
+        opt_net = self.make_optimizer(self.net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
+        opt_t = self.make_optimizer([self.W], hp.t_optimizer, hp.t_lr, hp.t_weight_decay)
+        return [opt_net, opt_t], [self.make_scheduler(opt_net), self.make_scheduler(opt_t)]
