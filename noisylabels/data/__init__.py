@@ -1,6 +1,7 @@
 """Data modules: clean data in memory, noisy labels from the noise seed, batched transforms."""
 
 from noisylabels.data.base import LoadedData, NoisyDataModule, TensorDictDataset, collate_batch
+from noisylabels.data.clothing1m import Clothing1MDataModule
 from noisylabels.data.datasets import (
     CIFAR10DataModule,
     CIFAR100DataModule,
@@ -13,6 +14,7 @@ __all__ = [
     "BatchTransform",
     "CIFAR10DataModule",
     "CIFAR100DataModule",
+    "Clothing1MDataModule",
     "DigitsDataModule",
     "LoadedData",
     "MNISTDataModule",
