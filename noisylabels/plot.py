@@ -1,0 +1,249 @@
+"""``noisylabels plot``: the VRNL paper's loss figures from the TensorBoard event files of runs.
+
+``--kind loss`` (default) draws Fig.-1-style panels: the average training loss of correctly
+labeled and of mislabeled samples per epoch, one panel per run (e.g. alpha = -0.1, 0, 0.1).
+``--kind posteriors`` draws the Figs.-4/5-style grid: the cross-entropy of the clean posterior
+against the clean label (top row) and of the noisy posterior against the noisy label (bottom
+row), mean with a ±1 std band per subset (cut at 0), one column per run. The statistics are
+those the :class:`~noisylabels.callbacks.SubsetStatistics` callback writes during training.
+
+Example::
+
+    noisylabels plot runs/a-0.1 runs/a0 runs/a0.1 --out fig1.png
+    noisylabels plot runs/rw runs/rw_vrnl --kind posteriors --out fig4.pdf
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KINDS = ("loss", "posteriors")
+SUFFIXES = (".png", ".pdf", ".svg")
+MARKER = "subsets/loss_mean/correct"  # a tag every run with the callback has
+STYLE = {  # the paper's colours: correct = blue dashed, mislabeled = orange solid
+    "correct": {"color": "tab:blue", "linestyle": "--", "label": "correctly labeled"},
+    "mislabeled": {"color": "tab:orange", "linestyle": "-", "label": "mislabeled"},
+}
+
+
+@dataclass
+class Run:
+    """Per-epoch statistics of one run: ``series[tag] = (epochs, values)``, epochs from 1."""
+
+    path: Path
+    label: str
+    series: dict[str, tuple[list[int], list[float]]]
+
+    def get(self, quantity: str, subset: str) -> tuple[list[int], list[float]] | None:
+        return self.series.get(f"subsets/{quantity}/{subset}")
+
+
+def find_event_dir(run_dir: Path) -> Path:
+    """The folder under ``run_dir`` whose event files hold subset statistics (newest if several).
+
+    ``run_dir`` may be a run's log dir (``.../version_0``) or a root above it.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise FileNotFoundError(f"run dir {run_dir} does not exist")
+    folders = sorted({p.parent for p in run_dir.rglob("events.out.tfevents.*")})
+    candidates = []
+    for folder in folders:
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 1})
+        acc.Reload()
+        if MARKER in acc.Tags().get("scalars", []):
+            candidates.append(folder)
+    if not candidates:
+        found = f"event files in {len(folders)} folder(s)" if folders else "no event files"
+        raise FileNotFoundError(
+            f"{run_dir}: {found}, none with per-subset statistics; train with the "
+            "SubsetStatistics callback (--trainer.callbacks+=noisylabels.callbacks."
+            "SubsetStatistics) and a TensorBoard logger"
+        )
+    newest = max(candidates, key=lambda f: max(p.stat().st_mtime for p in f.iterdir()))
+    if len(candidates) > 1:
+        print(f"{run_dir}: {len(candidates)} runs with statistics; using {newest}", file=sys.stderr)
+    return newest
+
+
+def default_label(event_dir: Path) -> str:
+    """``Method, α = a`` from the run's saved ``config.yaml``, else the folder name."""
+    import yaml
+
+    config = event_dir / "config.yaml"
+    if config.is_file():
+        cfg = yaml.safe_load(config.read_text()) or {}
+        model = cfg.get("model") or {}
+        args = model.get("init_args") or {}
+        method = str(model.get("class_path", "")).rsplit(".", 1)[-1]
+        if method and "alpha" in args:
+            return f"{method}, α = {args['alpha']:g}".replace("-", "\u2212")  # minus sign
+    return event_dir.parent.name if event_dir.name.startswith("version_") else event_dir.name
+
+
+def load_run(run_dir: Path, label: str | None = None) -> Run:
+    """Read the ``subsets/*`` scalars of a run (a step logged twice keeps its last value)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    folder = find_event_dir(run_dir)
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    series = {}
+    for name in acc.Tags()["scalars"]:
+        if not name.startswith("subsets/"):
+            continue
+        by_step = {e.step: e.value for e in acc.Scalars(name)}
+        steps = sorted(by_step)
+        series[name] = ([s + 1 for s in steps], [by_step[s] for s in steps])
+    return Run(folder, label or default_label(folder), series)
+
+
+def _missing(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+
+
+def draw(runs: list[Run], kind: str = "loss", title: str | None = None) -> Any:
+    """Draw the figure for ``runs`` and return the matplotlib ``Figure``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    n = len(runs)
+    if kind == "loss":
+        rows = [("loss", "average training loss")]
+    else:
+        rows = [
+            ("ce_clean", "CE of clean posterior\nvs clean label"),
+            ("ce_noisy", "CE of noisy posterior\nvs noisy label"),
+        ]
+    fig, axes = plt.subplots(
+        len(rows),
+        n,
+        figsize=(3.4 * n + 0.6, 2.9 * len(rows) + (0.4 if title else 0)),
+        sharey="row",
+        squeeze=False,
+    )
+    for r, (quantity, ylabel) in enumerate(rows):
+        for c, run in enumerate(runs):
+            ax = axes[r][c]
+            drawn = False
+            for subset in ("correct", "mislabeled"):
+                mean = run.get(f"{quantity}_mean", subset)
+                if mean is None:
+                    continue
+                drawn = True
+                epochs, values = mean
+                ax.plot(epochs, values, linewidth=1.6, **STYLE[subset])
+                std = run.get(f"{quantity}_std", subset) if kind == "posteriors" else None
+                if std is not None and std[0] == epochs:
+                    # losses are >= 0: the band stops at 0 however skewed they are
+                    lo = [max(m - s, 0.0) for m, s in zip(values, std[1], strict=True)]
+                    hi = [m + s for m, s in zip(values, std[1], strict=True)]
+                    ax.fill_between(epochs, lo, hi, color=STYLE[subset]["color"], alpha=0.18)
+            if not drawn:
+                _missing(ax, "no statistics\n(clean labels unknown?)")
+            if r == 0:
+                ax.set_title(run.label, fontsize=10)
+            if r == len(rows) - 1:
+                ax.set_xlabel("epoch")
+            if c == 0:
+                ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            ax.xaxis.get_major_locator().set_params(integer=True)
+    handles, labels = [], []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    if handles:
+        axes[0][0].legend(handles, labels, fontsize=8, loc="best")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot(
+    run_dirs: list[Path],
+    out: Path,
+    kind: str = "loss",
+    labels: list[str] | None = None,
+    title: str | None = None,
+) -> Path:
+    """Draw ``kind`` for ``run_dirs`` into ``out`` (PNG, PDF or SVG by suffix); return ``out``."""
+    out = Path(out)
+    if out.suffix.lower() not in SUFFIXES:
+        raise ValueError(f"--out must end with one of {SUFFIXES}, got {out.name!r}")
+    if labels is not None and len(labels) != len(run_dirs):
+        raise ValueError(f"--labels got {len(labels)} labels for {len(run_dirs)} run dirs")
+    runs = [
+        load_run(Path(d), None if labels is None else labels[i]) for i, d in enumerate(run_dirs)
+    ]
+    fig = draw(runs, kind, title)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=150 if out.suffix.lower() == ".png" else None)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of ``noisylabels plot``."""
+    parser = argparse.ArgumentParser(
+        prog="noisylabels plot",
+        description="Draw the VRNL paper's loss figures (mislabeled vs correctly labeled "
+        "samples per epoch) from runs trained with the SubsetStatistics callback.",
+    )
+    parser.add_argument(
+        "run_dirs",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="a run's log dir or a folder above it (its newest run with statistics is used); "
+        "one panel (column) per run",
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, help="output file: .png, .pdf or .svg (by suffix)"
+    )
+    parser.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="loss",
+        help="loss: average training loss per subset (Fig. 1 style); posteriors: clean- and "
+        "noisy-label CE, mean ± std (Figs. 4/5 style). Default: loss",
+    )
+    parser.add_argument(
+        "--labels",
+        nargs="+",
+        metavar="LABEL",
+        help="panel titles, one per RUN_DIR (default: method and alpha from config.yaml)",
+    )
+    parser.add_argument("--title", help="figure title")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """Entry point of ``noisylabels plot``; returns the written file."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        out = plot(args.run_dirs, args.out, args.kind, args.labels, args.title)
+    except (FileNotFoundError, ValueError) as err:
+        parser.error(str(err))
+    print(f"wrote {out}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
