@@ -9,26 +9,39 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import TensorBoardLogger
 
 from noisylabels.callbacks import NoiseRecorder, run_dir
+from noisylabels.callbacks.transition import TransitionMonitor, WarmupAwareCheckpoint
 from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.results import build_results, write_results
 
 # name -> (module, function): project subcommands beside Lightning's stages.
-EXTRA_COMMANDS: dict[str, tuple[str, str]] = {}
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {"plot": ("noisylabels.plot", "main")}
+
+
+class SaveConfigToTensorBoard(SaveConfigCallback):
+    """Save the resolved config as ``config.yaml`` in the run dir and in TensorBoard's text tab."""
+
+    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        text = self.parser.dump(self.config, skip_none=False)
+        block = "\n".join("    " + line for line in text.splitlines())  # markdown code block
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                logger.experiment.add_text("config", block)
 
 
 class NoisyLabelsCLI(LightningCLI):
     """LightningCLI with the project's checkpointing, links and post-fit test."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(WarmupAwareCheckpoint, "checkpoint")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/acc",
@@ -58,6 +71,8 @@ class NoisyLabelsCLI(LightningCLI):
         self._start = time.perf_counter()
         if not any(isinstance(cb, NoiseRecorder) for cb in self.trainer.callbacks):
             self.trainer.callbacks.append(NoiseRecorder())
+        if not any(isinstance(cb, TransitionMonitor) for cb in self.trainer.callbacks):
+            self.trainer.callbacks.append(TransitionMonitor())
 
     def after_fit(self) -> None:
         trainer = self.trainer
@@ -101,11 +116,17 @@ def run(args: list[str] | None = None) -> NoisyLabelsCLI | Any:
     extra = _dispatch_extra(argv)
     if extra is not None:
         return extra(argv[1:])
+    # the project's epoch values are already reduced over DDP processes (torchmetrics' compute,
+    # strategy.reduce) when they are logged: Lightning's advice to add sync_dist does not apply
+    warnings.filterwarnings(
+        "ignore", message=r"It is recommended to use `self\.log\('(train|val|test|subsets)/"
+    )
     return NoisyLabelsCLI(
         NoisyLabelMethod,
         NoisyDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
+        save_config_callback=SaveConfigToTensorBoard,
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,
         args=None if args is None else argv,

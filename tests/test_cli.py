@@ -88,3 +88,50 @@ def test_quickstart_end_to_end(run_cli, tmp_path: Path) -> None:
     assert (run_dir / "transition.csv").is_file()
     assert (run_dir / "config.yaml").is_file()
     json.loads((run_dir / "results.json").read_text())
+
+
+def test_transition_file_is_validated_before_training(run_cli, tmp_path: Path) -> None:
+    bad = tmp_path / "T.csv"
+    bad.write_text("0.5,0.6\n0.5,0.5\n")  # 2x2, rows not stochastic, wrong class count
+    with pytest.raises(ValueError, match="expected 10 x 10"):
+        run_cli(
+            "fit",
+            "--config",
+            str(CONFIGS / "quickstart.yaml"),
+            "--model.transition",
+            str(bad),
+        )
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_transition_file_is_used(run_cli, tmp_path: Path) -> None:
+    from noisylabels.noise import save_transition, symmetric_transition
+
+    path = tmp_path / "given_T.csv"
+    save_transition(symmetric_transition(10, 0.3), path)
+    run_cli(
+        "fit",
+        "--config",
+        str(CONFIGS / "quickstart.yaml"),
+        "--model.transition",
+        str(path),
+        "--trainer.max_epochs",
+        "1",
+        root=tmp_path / "run",
+    )
+    results = read_results(tmp_path / "run")
+    # the true T is symmetric 0.4; the given one 0.3: the error is measured against the truth
+    assert results["t_estimation_error"] > 0.0
+
+
+def test_non_stochastic_transition_file_names_the_rows(run_cli, tmp_path: Path) -> None:
+    import torch
+
+    T = torch.eye(10)
+    T[3, 4] = 0.5  # row 3 sums to 1.5
+    path = tmp_path / "T.pt"
+    torch.save(T, path)
+    with pytest.raises(ValueError, match="3"):
+        run_cli(
+            "fit", "--config", str(CONFIGS / "quickstart.yaml"), "--model.transition", str(path)
+        )

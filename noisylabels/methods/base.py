@@ -16,6 +16,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from noisylabels.methods.vrnl import SCOPES, vrnl_objective
@@ -88,16 +89,26 @@ class NoisyLabelMethod(L.LightningModule):
         self.net = build_backbone(backbone, num_classes, tuple(input_shape), **kwargs)
         if channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
-        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
-        # [non-positive weights, samples] of the current epoch on this process
-        self.register_buffer("weight_stats", torch.zeros(2), persistent=False)
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
+        self.val_loss = MeanMetric()
+        # this process's epoch sums: [loss·n, var·n, objective·n, non-positive weights, n];
+        # not a buffer: DDP broadcasts buffers from rank 0 before every training forward, which
+        # would overwrite the other processes' sums
+        self.epoch_sums = torch.zeros(5)
 
     # ---------------------------------------------------------------- what a method defines
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         """Loss of each sample against its (noisy) label, shape ``(B,)``."""
         raise NotImplementedError
+
+    def variance_losses(
+        self, logits: Tensor, batch: dict[str, Tensor], losses: Tensor
+    ) -> Tensor | None:
+        """The losses whose variance VRNL changes, when its gradient must reach only some
+        parameters; ``None`` (default) uses ``losses`` themselves."""
+        return None
 
     def noisy_posterior(self, probs: Tensor) -> Tensor:
         """Map clean posteriors ``p`` to noisy-label posteriors (``p`` itself by default)."""
@@ -112,6 +123,12 @@ class NoisyLabelMethod(L.LightningModule):
         return None
 
     @property
+    def in_warmup(self) -> bool:
+        """``True`` while the method trains in a plain-CE warm-up stage before its own objective
+        (VRNL is off then, and checkpoint selection skips those epochs); ``False`` by default."""
+        return False
+
+    @property
     def method_name(self) -> str:
         """Display name, with ``-VRNL`` where ``alpha`` is non-zero."""
         base = type(self).__name__
@@ -124,23 +141,30 @@ class NoisyLabelMethod(L.LightningModule):
         return self.net(images)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        return self.training_objective(batch)
+
+    def training_objective(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Objective of one training batch, logged: VRNL of the per-sample losses (``alpha`` 0
+        during a warm-up) plus :meth:`extra_objective`. Returns ``{"loss", "losses" (detached),
+        "logits" (detached), "weights"}``; methods with manual optimization backpropagate
+        ``loss`` themselves."""
         logits = self(batch["image"])
         losses = self.per_sample_loss(logits, batch)
-        out = vrnl_objective(losses, self.alpha, self.variance_scope)
+        alpha = 0.0 if self.in_warmup else self.alpha
+        variance_losses = self.variance_losses(logits, batch, losses) if alpha != 0 else None
+        out = vrnl_objective(losses, alpha, self.variance_scope, variance_losses)
         loss = out.objective
         extra = self.extra_objective()
         if extra is not None:
             loss = loss + extra
-        self.weight_stats[0] += (out.weights <= 0).sum()
-        self.weight_stats[1] += losses.numel()
+        # epoch statistics accumulate on the device and are logged once per epoch: per-step
+        # self.log calls would cost more than a small model's whole step
+        n = float(losses.numel())
+        step = torch.stack([out.mean * n, out.variance * n, loss.detach() * n])
+        self.epoch_sums[:3] += step
+        self.epoch_sums[3] += (out.weights <= 0).sum()
+        self.epoch_sums[4] += n
         self.train_acc.update(logits.detach().argmax(1), batch["label"])
-        self.log_dict(
-            {"train/loss": out.mean, "train/loss_var": out.variance, "train/objective": loss},
-            on_step=False,
-            on_epoch=True,
-            batch_size=losses.numel(),
-        )
-        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
         return {
             "loss": loss,
             "losses": losses.detach(),
@@ -149,13 +173,22 @@ class NoisyLabelMethod(L.LightningModule):
         }
 
     def on_train_epoch_start(self) -> None:
-        self.weight_stats.zero_()
+        self.epoch_sums = torch.zeros(5, device=self.device)
 
     def on_train_epoch_end(self) -> None:
-        stats = self.trainer.strategy.reduce(self.weight_stats.clone(), reduce_op="sum")
-        count, total = stats.tolist()
-        frac = count / max(total, 1.0)
-        self.log("train/nonpositive_weight_frac", frac)
+        sums = self.trainer.strategy.reduce(self.epoch_sums.clone(), reduce_op="sum")
+        loss_sum, var_sum, objective_sum, count, total = sums.tolist()
+        total = max(total, 1.0)
+        frac = count / total
+        metrics = {
+            "train/loss": loss_sum / total,
+            "train/loss_var": var_sum / total,
+            "train/objective": objective_sum / total,
+            "train/nonpositive_weight_frac": frac,
+        }
+        self.log_dict(metrics)
+        self.log("train/acc", self.train_acc.compute(), prog_bar=True)
+        self.train_acc.reset()
         if frac > self.hparams.weight_warning and self.alpha != 0:
             warnings.warn(
                 f"alpha={self.alpha}: {frac:.1%} of this epoch's samples got a non-positive VRNL "
@@ -163,23 +196,31 @@ class NoisyLabelMethod(L.LightningModule):
                 stacklevel=1,
             )
 
-    def _eval_step(self, batch: dict[str, Tensor], metric: MulticlassAccuracy, stage: str) -> None:
-        logits = self(batch["image"])
-        probs = F.softmax(logits.float(), dim=1)
-        if stage == "val":
-            losses = self.per_sample_loss(logits, batch)
-            preds = self.noisy_posterior(probs).argmax(1)
-            self.log("val/loss", losses.mean(), batch_size=losses.numel(), sync_dist=True)
-        else:
-            preds = probs.argmax(1)
-        metric(preds, batch["label"])
-        self.log(f"{stage}/acc", metric, prog_bar=True)
-
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.val_acc, "val")
+        """Validation: the method's loss, and the accuracy of ``noisy_posterior(p)`` against
+        noisy labels (of ``p`` itself where the data module validates on clean labels)."""
+        logits = self(batch["image"])
+        self.val_loss.update(self.per_sample_loss(logits, batch))
+        probs = F.softmax(logits.float(), dim=1)
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if not getattr(datamodule, "clean_validation", False):
+            probs = self.noisy_posterior(probs)
+        self.val_acc.update(probs.argmax(1), batch["label"])
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("val/loss", self.val_loss.compute())
+        self.log("val/acc", self.val_acc.compute(), prog_bar=True)
+        self.val_loss.reset()
+        self.val_acc.reset()
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.test_acc, "test")
+        """Clean test: accuracy of the clean posterior ``p`` against the clean labels."""
+        logits = self(batch["image"])
+        self.test_acc.update(logits.argmax(1), batch["label"])
+
+    def on_test_epoch_end(self) -> None:
+        self.log("test/acc", self.test_acc.compute())
+        self.test_acc.reset()
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         return F.softmax(self(batch["image"]).float(), dim=1)

@@ -1,0 +1,29 @@
+# Two commands: `make demo` trains the quickstart, `make test` runs the test suite.
+# Each creates .venv (if missing) and installs the project with its dev extras into it.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint format clean
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/noisylabels fit --config configs/quickstart.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache

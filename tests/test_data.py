@@ -1,0 +1,165 @@
+"""Data modules: noise from the noise seed, the split, batches, transforms and bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from noisylabels.data import (
+    CIFAR10DataModule,
+    CIFAR100DataModule,
+    DigitsDataModule,
+    MNISTDataModule,
+    random_crop,
+    random_hflip,
+)
+from noisylabels.data.transforms import BatchTransform
+from noisylabels.noise import check_transition
+
+from conftest import CONFIGS
+
+
+def test_digits_split_batches_and_noise() -> None:
+    dm = DigitsDataModule(noise_type="symmetric", noise_rate=0.4, noise_seed=3, batch_size=32)
+    dm.setup("fit")
+    n_train = len(dm.clean_labels)
+    assert n_train + len(dm.data.test_labels) == 1797
+    assert len(dm.train_indices) + len(dm.val_indices) == n_train
+    assert len(dm.val_indices) == int(n_train * 0.1)
+    assert not set(dm.train_indices.tolist()) & set(dm.val_indices.tolist())
+    assert abs(dm.noise_rate_actual - 0.4) < 0.05
+    check_transition(dm.transition, 10)
+    batch = next(iter(dm.train_dataloader()))
+    assert set(batch) == {"image", "label", "clean_label", "index"}
+    assert batch["image"].dtype == torch.uint8 and batch["image"].shape[1:] == (1, 8, 8)
+    assert torch.equal(batch["label"], dm.noisy_labels[batch["index"]])
+    assert torch.equal(batch["clean_label"], dm.clean_labels[batch["index"]])
+    test = next(iter(dm.test_dataloader()))
+    assert torch.equal(test["label"], test["clean_label"])  # the test set is clean
+
+
+def test_training_seed_never_changes_noisy_labels() -> None:
+    def labels(train_seed: int, noise_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        L.seed_everything(train_seed)
+        torch.rand(100)  # advance the global RNG as training would
+        dm = DigitsDataModule(noise_rate=0.3, noise_seed=noise_seed)
+        dm.setup("fit")
+        return dm.noisy_labels, dm.val_indices
+
+    a, va = labels(1, 0)
+    b, vb = labels(2, 0)
+    c, _ = labels(1, 5)
+    assert torch.equal(a, b) and torch.equal(va, vb)
+    assert not torch.equal(a, c)
+
+
+def test_every_epoch_covers_the_training_split_once() -> None:
+    dm = DigitsDataModule(batch_size=50)
+    dm.setup("fit")
+    seen = torch.cat([b["index"] for b in dm.train_dataloader()])
+    assert torch.equal(seen.sort().values, dm.train_indices)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"noise_rate": 1.0}, "noise_rate"),
+        ({"noise_rate": -0.1}, "noise_rate"),
+        ({"noise_type": "pair", "noise_rate": 0.5}, "pair noise"),
+        ({"noise_type": "gaussian"}, "unknown noise_type"),
+        ({"noise_type": "file"}, "noise_file"),
+        ({"val_fraction": 1.0}, "val_fraction"),
+    ],
+)
+def test_bad_noise_arguments(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        DigitsDataModule(**kwargs)
+
+
+def test_mnist_reads_torchvision_layout(mnist_dir: Path) -> None:
+    dm = MNISTDataModule(data_dir=str(mnist_dir), noise_type="pair", noise_rate=0.3)
+    dm.setup("fit")
+    assert dm.data.train_images.shape == (320, 1, 28, 28)
+    assert dm.data.test_images.shape == (64, 1, 28, 28)
+    assert abs(dm.noise_rate_actual - 0.3) < 0.1
+
+
+def test_missing_mnist_says_what_to_put_where(tmp_path: Path) -> None:
+    dm = MNISTDataModule(data_dir=str(tmp_path))
+    with pytest.raises(FileNotFoundError) as err:
+        dm.setup("fit")
+    msg = str(err.value)
+    assert "train-images-idx3-ubyte" in msg and "MNIST/raw" in msg
+    assert "--data.download true" in msg
+
+
+def test_cifar_reads_pickles(cifar10_dir: Path, cifar100_dir: Path) -> None:
+    dm10 = CIFAR10DataModule(data_dir=str(cifar10_dir), noise_type="semantic", noise_rate=0.4)
+    dm10.setup("fit")
+    assert dm10.data.train_images.shape == (200, 3, 32, 32)
+    dm100 = CIFAR100DataModule(data_dir=str(cifar100_dir), noise_rate=0.2)
+    dm100.setup("fit")
+    assert dm100.data.train_images.shape == (400, 3, 32, 32)
+    assert dm100.transition.shape == (100, 100)
+
+
+def test_missing_cifar_lists_the_batches(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="data_batch_1"):
+        CIFAR10DataModule(data_dir=str(tmp_path)).setup("fit")
+    with pytest.raises(FileNotFoundError, match="cifar-100-python"):
+        CIFAR100DataModule(data_dir=str(tmp_path)).setup("fit")
+
+
+def test_noise_file_round_trip(tmp_path: Path) -> None:
+    dm = DigitsDataModule(noise_rate=0.3, noise_seed=7)
+    dm.setup("fit")
+    torch.save(dm.noise_state(), tmp_path / "noise.pt")
+    again = DigitsDataModule(noise_type="file", noise_file=str(tmp_path / "noise.pt"))
+    again.setup("fit")
+    assert torch.equal(again.noisy_labels, dm.noisy_labels)
+    (tmp_path / "short.txt").write_text("1\n2\n3\n")
+    bad = DigitsDataModule(noise_type="file", noise_file=str(tmp_path / "short.txt"))
+    with pytest.raises(ValueError, match="has 3 labels"):
+        bad.setup("fit")
+
+
+def test_random_crop_is_a_window_of_the_padded_image() -> None:
+    x = torch.rand(8, 3, 6, 6)
+    out = random_crop(x, padding=2, generator=torch.Generator().manual_seed(0))
+    padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
+    for b in range(8):
+        windows = [
+            torch.equal(out[b], padded[b, :, i : i + 6, j : j + 6])
+            for i in range(5)
+            for j in range(5)
+        ]
+        assert any(windows)
+    assert out.shape == x.shape
+
+
+def test_flip_and_normalize() -> None:
+    x = torch.rand(64, 1, 4, 4)
+    out = random_hflip(x, generator=torch.Generator().manual_seed(1))
+    flipped = torch.tensor([torch.equal(o, i.flip(-1)) for o, i in zip(out, x, strict=True)])
+    kept = torch.tensor([torch.equal(o, i) for o, i in zip(out, x, strict=True)])
+    assert bool((flipped | kept).all()) and 10 < int(flipped.sum()) < 54
+    t = BatchTransform((0.5,), (0.25,))
+    img = torch.full((1, 1, 2, 2), 255, dtype=torch.uint8)
+    assert torch.allclose(t(img), torch.full((1, 1, 2, 2), 2.0))
+
+
+def test_cli_rejects_bad_noise_before_training(run_cli, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="pair noise"):
+        run_cli(
+            "fit",
+            "--config",
+            str(CONFIGS / "quickstart.yaml"),
+            "--data.noise_type",
+            "pair",
+            "--data.noise_rate",
+            "0.6",
+        )
+    assert not list(tmp_path.rglob("*.ckpt"))

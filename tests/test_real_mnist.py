@@ -1,0 +1,38 @@
+"""Real MNIST (needs the data: set NOISYLABELS_DATA_DIR to the folder holding MNIST/raw)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import CONFIGS, read_results, real_mnist_dir
+
+DATA = real_mnist_dir()
+
+pytestmark = [
+    pytest.mark.realdata,
+    pytest.mark.skipif(DATA is None, reason="set NOISYLABELS_DATA_DIR to a folder with MNIST/raw"),
+]
+
+
+def test_one_epoch_forward_vrnl_sym20_beats_95(run_cli, tmp_path: Path) -> None:
+    run_cli(
+        "fit",
+        "--config",
+        str(CONFIGS / "mnist_forward_vrnl.yaml"),
+        "--data.data_dir",
+        str(DATA),
+        "--data.noise_type",
+        "symmetric",
+        "--data.noise_rate",
+        "0.2",
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.accelerator",
+        "cpu",
+    )
+    results = read_results(tmp_path)
+    assert results["dataset"] == "mnist" and results["method"] == "Forward-VRNL"
+    assert abs(results["noise"]["rate_actual"] - 0.2) < 0.01
+    assert results["test_acc"] > 0.95, results
