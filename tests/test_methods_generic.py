@@ -68,5 +68,6 @@ def test_method_trains_with_vrnl(method: type[NoisyLabelMethod], tmp_path) -> No
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
     assert 0.0 <= trainer.callback_metrics["val/acc"] <= 1.0
     assert 0.0 <= trainer.callback_metrics["train/nonpositive_weight_frac"] <= 1.0
+    assert 0.0 <= trainer.callback_metrics["train/acc"] <= 1.0
     test = trainer.test(model, datamodule=dm, verbose=False)[0]
     assert 0.0 <= test["test/acc"] <= 1.0

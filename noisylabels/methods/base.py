@@ -89,14 +89,13 @@ class NoisyLabelMethod(L.LightningModule):
         self.net = build_backbone(backbone, num_classes, tuple(input_shape), **kwargs)
         if channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
-        self.train_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.val_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.test_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.val_loss = MeanMetric()
-        # this process's epoch sums: [loss·n, var·n, objective·n, non-positive weights, n];
-        # not a buffer: DDP broadcasts buffers from rank 0 before every training forward, which
-        # would overwrite the other processes' sums
-        self.epoch_sums = torch.zeros(5)
+        # this process's epoch sums: [loss·n, var·n, objective·n, non-positive weights, n,
+        # correct predictions]; not a buffer: DDP broadcasts buffers from rank 0 before every
+        # training forward, which would overwrite the other processes' sums
+        self.epoch_sums = torch.zeros(6)
 
     # ---------------------------------------------------------------- what a method defines
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
@@ -159,12 +158,12 @@ class NoisyLabelMethod(L.LightningModule):
             loss = loss + extra
         # epoch statistics accumulate on the device and are logged once per epoch: per-step
         # self.log calls would cost more than a small model's whole step
-        n = float(losses.numel())
-        step = torch.stack([out.mean * n, out.variance * n, loss.detach() * n])
-        self.epoch_sums[:3] += step
-        self.epoch_sums[3] += (out.weights <= 0).sum()
-        self.epoch_sums[4] += n
-        self.train_acc.update(logits.detach().argmax(1), batch["label"])
+        n = losses.new_tensor(float(losses.numel()))
+        with torch.no_grad():
+            correct = (logits.argmax(1) == batch["label"]).sum()
+            step = [out.mean * n, out.variance * n, loss.detach() * n]
+            step += [(out.weights <= 0).sum(), n, correct]
+            self.epoch_sums += torch.stack([v.float() for v in step])
         return {
             "loss": loss,
             "losses": losses.detach(),
@@ -173,11 +172,11 @@ class NoisyLabelMethod(L.LightningModule):
         }
 
     def on_train_epoch_start(self) -> None:
-        self.epoch_sums = torch.zeros(5, device=self.device)
+        self.epoch_sums = torch.zeros(6, device=self.device)
 
     def on_train_epoch_end(self) -> None:
         sums = self.trainer.strategy.reduce(self.epoch_sums.clone(), reduce_op="sum")
-        loss_sum, var_sum, objective_sum, count, total = sums.tolist()
+        loss_sum, var_sum, objective_sum, count, total, correct = sums.tolist()
         total = max(total, 1.0)
         frac = count / total
         metrics = {
@@ -187,8 +186,7 @@ class NoisyLabelMethod(L.LightningModule):
             "train/nonpositive_weight_frac": frac,
         }
         self.log_dict(metrics)
-        self.log("train/acc", self.train_acc.compute(), prog_bar=True)
-        self.train_acc.reset()
+        self.log("train/acc", correct / total, prog_bar=True)
         if frac > self.hparams.weight_warning and self.alpha != 0:
             warnings.warn(
                 f"alpha={self.alpha}: {frac:.1%} of this epoch's samples got a non-positive VRNL "
