@@ -8,8 +8,9 @@ The gradient of the objective weights sample ``i`` by ``w_i = 1 + 2 alpha (mean(
 Under DDP, ``scope="global"`` computes mean and variance over the global batch with a
 differentiable all-reduce of ``(sum l, sum l^2, n)``; ``scope="local"`` uses each process's own
 batch. Why the global gradient is right: every process computes the same objective ``R`` of the
-global batch. The all-reduce's backward sums the incoming gradient over the ``W`` processes, so
-process ``r`` gets ``W * dR/d(its losses)``; DDP then averages the parameter gradients over the
+global batch from the same reduced sums, so the backward of the sum over the ``W`` processes
+(the sum of identical incoming gradients) is ``W`` times the local one and process ``r`` gets
+``W * dR/d(its losses)``; DDP then averages the parameter gradients over the
 processes, which gives ``sum_r dR/d(losses of r) * d(losses of r)/dtheta = dR/dtheta``: the
 gradient of the objective on the concatenated batch.
 """
@@ -37,7 +38,13 @@ class VRNLOutput:
 
 
 class _AllReduceSum(torch.autograd.Function):
-    """Sum over processes; the backward sums the incoming gradients over processes too."""
+    """Sum over processes, for a result that every process turns into the same objective.
+
+    The exact backward of a sum over processes sums the incoming gradients over processes. Here
+    every process receives the same incoming gradient (each computes the identical objective from
+    the identical reduced sums), so that sum is ``world_size * grad``: computed locally, it saves
+    a second collective and the wait for the slowest process in the middle of the backward pass.
+    """
 
     @staticmethod
     def forward(ctx: Any, tensor: Tensor) -> Tensor:
@@ -47,9 +54,7 @@ class _AllReduceSum(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> Tensor:
-        grad = grad.detach().clone()
-        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
-        return grad
+        return grad * dist.get_world_size()
 
 
 def _global_sums(sums: Tensor) -> Tensor:
