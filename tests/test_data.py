@@ -163,3 +163,19 @@ def test_cli_rejects_bad_noise_before_training(run_cli, tmp_path: Path) -> None:
             "0.6",
         )
     assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_train_eval_batches_are_ordered_normalized_and_limited() -> None:
+    dm = DigitsDataModule(batch_size=32, augment=True)
+    dm.setup("fit")
+    batches = list(dm.train_eval_batches("cpu"))
+    index = torch.cat([b["index"] for b in batches])
+    assert torch.equal(index, dm.train_indices)  # the whole split, in order
+    first = batches[0]
+    raw = dm.data.train_images[first["index"]]
+    assert torch.allclose(first["image"], dm.transform(raw, train=False))  # never augmented
+    n = len(batches)
+    assert len(list(dm.train_eval_batches("cpu", limit=2))) == 2
+    assert len(list(dm.train_eval_batches("cpu", limit=0.5))) == max(1, int(n * 0.5))
+    shares = [list(dm.train_eval_batches("cpu", rank=r, world_size=2)) for r in (0, 1)]
+    assert sum(len(s) for s in shares) == n

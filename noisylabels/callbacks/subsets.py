@@ -337,19 +337,13 @@ class SubsetStatistics(L.Callback):
     @torch.no_grad()
     def _training_pass(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Evaluate the model on the training split (no augmentation), this process's share."""
-        datamodule = trainer.datamodule
-        loader = datamodule.train_eval_dataloader()
-        transform = getattr(datamodule, "transform", None)
-        rank, world = trainer.global_rank, trainer.world_size
+        batches = trainer.datamodule.train_eval_batches(
+            pl_module.device, rank=trainer.global_rank, world_size=trainer.world_size
+        )
         was_training = pl_module.training
         pl_module.eval()
         try:
-            for b, batch in enumerate(loader):
-                if b % world != rank:
-                    continue
-                batch = {k: v.to(pl_module.device, non_blocking=True) for k, v in batch.items()}
-                if transform is not None:
-                    batch["image"] = transform(batch["image"], train=False)
+            for batch in batches:
                 with trainer.precision_plugin.forward_context():
                     logits = pl_module(batch["image"])
                     per_sample = getattr(pl_module, "per_sample_loss", None)

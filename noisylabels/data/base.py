@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -361,6 +362,36 @@ class NoisyDataModule(L.LightningDataModule):
         return self._loader(
             self._split_dataset(self.train_indices, False), self.eval_batch_size, False, False
         )
+
+    def train_eval_batches(
+        self,
+        device: torch.device | str,
+        limit: int | float | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> Iterator[dict[str, Tensor]]:
+        """Batches of :meth:`train_eval_dataloader` on ``device``, normalized, never augmented:
+        what T estimation and exact training statistics run the model over.
+
+        Args:
+            limit: as Lightning's ``limit_*_batches``: an int caps the number of batches, a
+                float below 1 keeps that fraction of them (at least one).
+            rank, world_size: keep every ``world_size``-th batch, starting at ``rank``.
+        """
+        loader = self.train_eval_dataloader()
+        n = len(loader)
+        if isinstance(limit, int):
+            n = min(n, limit)
+        elif limit is not None and limit < 1.0:
+            n = max(1, int(n * limit))
+        for b, batch in enumerate(loader):
+            if b >= n:
+                break
+            if b % world_size != rank:
+                continue
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            batch["image"] = self.transform(batch["image"], train=False)
+            yield batch
 
     def predict_dataloader(self) -> DataLoader:
         return self.test_dataloader()

@@ -231,28 +231,20 @@ class TransitionMethod(NoisyLabelMethod):
         without augmentation, with the model in eval mode. Honours ``limit_train_batches``."""
         trainer = self.trainer
         datamodule = trainer.datamodule
-        if datamodule is None or not hasattr(datamodule, "train_eval_dataloader"):
+        if datamodule is None or not hasattr(datamodule, "train_eval_batches"):
             raise ValueError(
-                "transition: estimate needs a NoisyDataModule (with train_eval_dataloader) "
+                "transition: estimate needs a NoisyDataModule (with train_eval_batches) "
                 "to run the warm-up model over the training set"
             )
-        loader = datamodule.train_eval_dataloader()
-        n_batches = len(loader)
-        limit = trainer.limit_train_batches
-        if isinstance(limit, int):
-            n_batches = min(n_batches, limit)
-        elif limit is not None and limit < 1.0:
-            n_batches = max(1, int(n_batches * limit))
         modes = {m: m.training for m in self.modules()}
         self.eval()
         probs, labels = [], []
         try:
             with trainer.precision_plugin.forward_context():
-                for i, batch in enumerate(loader):
-                    if i >= n_batches:
-                        break
-                    images = datamodule.transform(batch["image"].to(self.device), train=False)
-                    probs.append(F.softmax(self(images).float(), dim=1).cpu())
+                for batch in datamodule.train_eval_batches(
+                    self.device, trainer.limit_train_batches
+                ):
+                    probs.append(F.softmax(self(batch["image"]).float(), dim=1).cpu())
                     labels.append(batch["label"].cpu())
         finally:
             for module, mode in modes.items():
