@@ -179,3 +179,33 @@ def test_train_eval_batches_are_ordered_normalized_and_limited() -> None:
     assert len(list(dm.train_eval_batches("cpu", limit=0.5))) == max(1, int(n * 0.5))
     shares = [list(dm.train_eval_batches("cpu", rank=r, world_size=2)) for r in (0, 1)]
     assert sum(len(s) for s in shares) == n
+
+
+class _RunsCode:
+    """A pickled object whose loading would run a command (the payload of a hostile file)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".npy"])
+def test_noise_file_that_would_run_code_is_refused(tmp_path: Path, suffix: str) -> None:
+    """A label file holding pickled code is refused without executing it."""
+    import numpy as np
+
+    marker = tmp_path / "executed"
+    path = tmp_path / f"evil{suffix}"
+    payload = _RunsCode(marker)
+    if suffix == ".pt":
+        torch.save({"noisy_labels": payload}, path)
+    else:
+        np.save(path, np.array([payload, 1], dtype=object), allow_pickle=True)
+    dm = DigitsDataModule(noise_type="file", noise_file=str(path))
+    with pytest.raises(ValueError, match="evil"):
+        dm.setup("fit")
+    assert not marker.exists(), "loading the label file ran its payload"

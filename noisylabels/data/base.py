@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,7 +231,15 @@ class NoisyDataModule(L.LightningDataModule):
         if not path.is_file():
             raise FileNotFoundError(f"noise file {path} does not exist")
         if path.suffix in (".pt", ".pth"):
-            obj = torch.load(path, map_location="cpu", weights_only=False)
+            # weights-only: a label file holds tensors and plain containers, never code to run
+            try:
+                obj = torch.load(path, map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError as err:
+                raise ValueError(
+                    f"{path} is not a plain tensor file (it holds Python objects that loading "
+                    f"would have to execute); save the labels as a tensor, a dict of tensors, "
+                    f".npy or .csv. Loader said: {str(err).splitlines()[0]}"
+                ) from None
             if isinstance(obj, dict):
                 key = self.noise_file_key or "noisy_labels"
                 if key not in obj:
@@ -242,7 +251,11 @@ class NoisyDataModule(L.LightningDataModule):
         elif path.suffix == ".npy":
             import numpy as np
 
-            labels = torch.from_numpy(np.load(path))
+            try:
+                array = np.load(path, allow_pickle=False)
+            except ValueError as err:  # object arrays need pickle, which could run code
+                raise ValueError(f"{path}: {err}; save the labels as an integer array") from None
+            labels = torch.from_numpy(array)
         else:
             text = path.read_text().replace(",", " ").split()
             labels = torch.tensor([int(float(t)) for t in text])
