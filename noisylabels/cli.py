@@ -8,7 +8,6 @@ Project subcommands that are not Lightning stages are dispatched in :data:`EXTRA
 from __future__ import annotations
 
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -16,11 +15,10 @@ from typing import Any
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from noisylabels.callbacks import NoiseRecorder, run_dir
-from noisylabels.callbacks.transition import TransitionMonitor, WarmupAwareCheckpoint
+from noisylabels.callbacks import WarmupAwareCheckpoint, run_dir
 from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
-from noisylabels.results import build_results, write_results
+from noisylabels.run import fit_and_test
 
 # name -> (module, function): project subcommands beside Lightning's stages.
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {"plot": ("noisylabels.plot", "main")}
@@ -67,37 +65,25 @@ class NoisyLabelsCLI(LightningCLI):
     def _setting(self, key: str) -> Any:
         return self.config.get(self.subcommand, self.config).get(key)
 
-    def before_fit(self) -> None:
-        self._start = time.perf_counter()
-        if not any(isinstance(cb, NoiseRecorder) for cb in self.trainer.callbacks):
-            self.trainer.callbacks.append(NoiseRecorder())
-        if not any(isinstance(cb, TransitionMonitor) for cb in self.trainer.callbacks):
-            self.trainer.callbacks.append(TransitionMonitor())
-
-    def after_fit(self) -> None:
-        trainer = self.trainer
-        test_metrics = None
-        if self._setting("test_after_fit"):
-            ckpt = trainer.checkpoint_callback
-            has_best = bool(getattr(ckpt, "best_model_path", ""))
-            out = trainer.test(
-                self.model, datamodule=self.datamodule, ckpt_path="best" if has_best else None
-            )
-            test_metrics = out[0] if out else None
-        if not trainer.is_global_zero:
-            return
-        results = build_results(
-            trainer,
-            self.model,
-            self.datamodule,
+    def fit(
+        self, model: Any, datamodule: Any = None, ckpt_path: str | None = None, **kwargs: Any
+    ) -> None:
+        """``noisylabels fit``: :func:`noisylabels.run.fit_and_test`, then print where the
+        results are."""
+        results = fit_and_test(
+            model,
+            datamodule,
+            self.trainer,
+            ckpt_path=ckpt_path,
+            weights_only=kwargs.get("weights_only"),
+            test=bool(self._setting("test_after_fit")),
             seed=self._setting("seed_everything"),
-            wall_time_s=time.perf_counter() - self._start,
-            test_metrics=test_metrics,
         )
-        path = write_results(results, run_dir(trainer) / "results.json")
+        if results is None:
+            return
         if results["test_acc"] is not None:
             print(f"clean test accuracy: {results['test_acc']:.4f} ({results['method']})")
-        print(f"run folder: {path.parent}")
+        print(f"run folder: {run_dir(self.trainer)}")
 
 
 def _dispatch_extra(argv: list[str]) -> Callable[[list[str]], Any] | None:

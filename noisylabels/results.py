@@ -10,7 +10,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from noisylabels.noise import estimation_error
+from noisylabels.methods.transition import transition_error
 
 
 def _number(value: Any) -> float | None:
@@ -28,16 +28,6 @@ def best_checkpoint(trainer: L.Trainer) -> tuple[str | None, int | None, float |
         return None, None, None
     epoch = torch.load(path, map_location="cpu", weights_only=False).get("epoch")
     return path, epoch, _number(getattr(ckpt, "best_model_score", None))
-
-
-def t_estimation_error(model: L.LightningModule, datamodule: Any) -> float | None:
-    """ε_T = ‖T − T̂‖₁,₁ / ‖T‖₁,₁ between the true T and the method's T̂ (``None`` if unknown)."""
-    true_t = getattr(datamodule, "transition", None)
-    getter = getattr(model, "transition", None)
-    t_hat = getter() if callable(getter) else None
-    if true_t is None or t_hat is None:
-        return None
-    return estimation_error(true_t.float().cpu(), t_hat.detach().float().cpu())
 
 
 def build_results(
@@ -73,7 +63,7 @@ def build_results(
         "monitor_score": score,
         "val_acc": val_acc,
         "test_acc": test_acc,
-        "t_estimation_error": t_estimation_error(model, datamodule),
+        "t_estimation_error": transition_error(model, datamodule),
         "wall_time_s": wall_time_s,
         "checkpoint": path,
     }

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -96,6 +98,35 @@ def cifar10_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def cifar100_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_cifar(tmp_path_factory.mktemp("cifar100"), 100, n_train=400, n_test=100)
+
+
+class TinyConvNet(nn.Module):
+    """A 4-channel convolution, global pooling and a linear layer: a stand-in backbone."""
+
+    def __init__(self, num_classes: int, in_channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, 4, 3, padding=1)
+        self.fc = nn.Linear(4, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+REAL_BACKBONES = ("resnet18", "resnet32", "resnet34", "resnet50")
+
+
+@pytest.fixture()
+def tiny_backbones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replace the ResNets of the registry by :class:`TinyConvNet` (as torchgeo's tests patch
+    their models), so that CLI tests of every config check the plumbing in seconds; the real
+    architectures are tested in test_models.py and, end to end, by the ``slow`` tests."""
+    from noisylabels.models import BACKBONES
+
+    def tiny(num_classes: int, input_shape: tuple[int, int, int], **kwargs: Any) -> nn.Module:
+        return TinyConvNet(num_classes, input_shape[0])
+
+    for name in REAL_BACKBONES:
+        monkeypatch.setitem(BACKBONES, name, tiny)
 
 
 @pytest.fixture()

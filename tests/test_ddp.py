@@ -135,7 +135,7 @@ def _check_steps(rank: int) -> dict[str, Any]:
     for scope in ("global", "local"):
         model = make_model(scope)
         results[scope] = train_two_steps(model, rank)
-        results[f"{scope}_epoch_count"] = float(model.epoch_sums[4])
+        results[f"{scope}_epoch_count"] = float(model.epoch_stats.sums[0][4])  # samples used
     return results
 
 

@@ -62,8 +62,10 @@ def test_method_trains_with_vrnl(method: type[NoisyLabelMethod], tmp_path) -> No
     assert outputs, "no training step ran"
     for out in outputs:
         assert torch.isfinite(out["loss"]).all()
-        n = len(out["losses"])
-        assert out["logits"].shape == (n, 10) and out["weights"].shape == (n,)
+        (step,) = out["steps"]  # one network: one StepOutput per batch
+        n = len(step.index)
+        assert step.logits.shape == (n, 10) and step.weights.shape == step.losses.shape == (n,)
+        assert torch.isfinite(step.losses).all() and not step.losses.requires_grad
     after = list(model.net.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
     assert 0.0 <= trainer.callback_metrics["val/acc"] <= 1.0

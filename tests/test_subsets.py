@@ -14,7 +14,6 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-import yaml
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -22,7 +21,7 @@ from noisylabels.callbacks import SubsetStatistics
 from noisylabels.callbacks.subsets import tag
 from noisylabels.data import DigitsDataModule
 from noisylabels.data.base import LoadedData
-from noisylabels.methods import CE
+from noisylabels.methods import CE, StepOutput
 
 from conftest import CONFIGS, REPO
 
@@ -54,19 +53,32 @@ def _logits(i: int) -> list[float]:
     return [math.log(p) for p in probs]
 
 
-def _step(indices: list[int], scale: float = 1.0) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A training step's outputs and batch for ``indices``; ``scale`` distorts the values."""
+def _step(
+    indices: list[int], scale: float = 1.0, used: list[bool] | None = None, network: int = 0
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A training step's outputs and batch for ``indices``; ``scale`` distorts the values,
+    ``used`` marks the samples the objective used (weights only for those)."""
     idx = torch.tensor(indices)
     logits = torch.tensor([_logits(i) for i in indices]) * scale
     losses = F.cross_entropy(logits, NOISY[idx], reduction="none")
-    outputs = {
-        "loss": losses.mean(),
-        "losses": losses,
-        "logits": logits,
-        "weights": torch.tensor([WEIGHTS[i] for i in indices]) * scale,
-    }
+    weights = torch.tensor([WEIGHTS[i] for i in indices]) * scale
+    mask = None if used is None else torch.tensor(used)
+    if mask is not None:
+        weights = weights * mask
+    step = StepOutput(
+        index=idx,
+        labels=NOISY[idx],
+        logits=logits,
+        losses=losses,
+        weights=weights,
+        used=mask,
+        objective=losses.mean(),
+        mean=losses.mean(),
+        variance=losses.var(unbiased=False),
+        network=network,
+    )
     batch = {"label": NOISY[idx], "clean_label": CLEAN[idx], "index": idx}
-    return outputs, batch
+    return {"loss": losses.mean(), "steps": [step]}, batch
 
 
 def _stub(epoch: int = 0, max_epochs: int = 5, rank: int = 0, reduce: Any = None) -> Any:
@@ -346,6 +358,7 @@ def test_real_noise_uses_known_clean_labels(tmp_path: Path, caplog) -> None:
     trainer = L.Trainer(
         max_epochs=1,
         logger=False,
+        default_root_dir=tmp_path,
         callbacks=[cb],
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -405,34 +418,31 @@ def test_ddp_two_processes_count_each_sample_once(tmp_path: Path) -> None:
     assert acc.Scalars(tag("count", "correct"))[0].value == int((~flipped).sum())
 
 
-def test_every_shipped_config_records_subset_statistics() -> None:
-    """Every configs/*.yaml lists the SubsetStatistics callback in trainer.callbacks."""
-    configs = sorted(CONFIGS.glob("*.yaml"))
-    assert configs
-    missing = []
-    for config in configs:
-        callbacks = (yaml.safe_load(config.read_text()).get("trainer") or {}).get("callbacks")
-        callbacks = callbacks if isinstance(callbacks, list) else [callbacks or {}]
-        paths = [c.get("class_path") if isinstance(c, dict) else c for c in callbacks]
-        if CALLBACK not in paths:
-            missing.append(config.name)
-    assert not missing, f"configs without {CALLBACK} in trainer.callbacks: {missing}"
-
-
-def test_steps_without_losses_or_weights() -> None:
-    """A step that returns only logits: the training loss falls back to the noisy-label CE."""
+def test_selected_samples_and_other_networks() -> None:
+    """A step that used only some samples (as Co-teaching does) gives weights to those only,
+    losses to all; another network's steps are not mixed in."""
     cb, module = SubsetStatistics(), _module()
     trainer = _stub()
     cb.on_fit_start(trainer, module)
-    steps = []
-    for indices in ([0, 1, 2, 3], [4, 5, 6, 7]):
-        outputs, batch = _step(indices)
-        steps.append(({"logits": outputs["logits"]}, batch))
+    # samples 3 and 6 (the non-positive weights) are left out of the objective
+    used = [i not in (3, 6) for i in range(8)]
+    steps = [_step(list(range(8)), used=used), _step(list(range(8)), scale=3.0, network=1)]
     _train_epoch(cb, trainer, module, steps)
     cb.on_train_epoch_end(trainer, module)
     expected = {k: v for k, v in _expected().items() if "weight" not in k}
+    expected[tag("weight_mean", "mislabeled")] = (0.9 + 1.0) / 2
+    expected[tag("weight_mean", "correct")] = (1.2 + 1.1 + 0.8 + 1.3) / 4
+    expected[tag("nonpositive_weight_frac", "all")] = 0.0
     _assert_stats(cb.last, expected)
-    assert tag("weight_mean", "correct") not in cb.last
+
+
+def test_steps_without_step_outputs_warn() -> None:
+    cb, module = SubsetStatistics(), _module()
+    trainer = _stub()
+    cb.on_fit_start(trainer, module)
+    outputs, batch = _step([0, 1])
+    with pytest.warns(UserWarning, match="no 'steps'"):
+        _train_epoch(cb, trainer, module, [({"loss": outputs["loss"]}, batch)])
 
 
 def test_duplicate_callbacks_record_once(run_cli, tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
-"""Callbacks: run artifacts and observability."""
+"""Callbacks: run artifacts, model selection and observability."""
 
 from noisylabels.callbacks.artifacts import NoiseRecorder, run_dir
+from noisylabels.callbacks.checkpoint import WarmupAwareCheckpoint
 from noisylabels.callbacks.subsets import SubsetStatistics
-from noisylabels.callbacks.transition import TransitionMonitor, WarmupAwareCheckpoint
+from noisylabels.callbacks.transition import TransitionMonitor, write_transition_estimate
 
 __all__ = [
     "NoiseRecorder",
@@ -10,4 +11,5 @@ __all__ = [
     "TransitionMonitor",
     "WarmupAwareCheckpoint",
     "run_dir",
+    "write_transition_estimate",
 ]

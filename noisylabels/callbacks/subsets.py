@@ -29,7 +29,6 @@ neither subset.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -95,7 +94,6 @@ def summarize(
         buffer: ``(N, C + 4)``: summed logits, training loss, VRNL weight, and how many
             processes recorded each sample's losses / weight. A sample recorded by several
             processes (the padding of a distributed sampler) is averaged, never counted twice.
-            A NaN training loss means the step returned none; ``ce_noisy`` stands in.
         noisy, clean: training and clean labels ``(N,)`` (clean ``-1`` = unknown).
         subsets: :func:`subset_ids` of the samples.
         noisy_posterior: map from clean posteriors ``p`` to noisy posteriors ``q`` (e.g.
@@ -120,7 +118,6 @@ def summarize(
     else:
         ce_noisy = -torch.log(noisy_posterior(log_p.exp()).gather(1, label).squeeze(1) + EPS)
     loss = b[:, c + _LOSS] / count
-    loss = torch.where(torch.isnan(loss), ce_noisy, loss)
     values = torch.stack([loss, ce_noisy, ce_clean]).double() * has_loss
     weight = torch.where(has_weight, b[:, c + _WEIGHT] / b[:, c + _SEEN_WEIGHT].clamp_min(1), 0)
     columns = [
@@ -185,6 +182,14 @@ class SubsetStatistics(L.Callback):
             ``w_i`` always come from the training steps.
         every_n_epochs: record the statistics at the end of every n-th epoch (and the last).
         histograms: write per-subset histograms of the training loss to TensorBoard.
+        network: which network's steps to record, for methods that train several (0: the
+            first, the one a single-network method has). ``source: pass`` evaluates the
+            method's own forward (its first network) whatever this says.
+
+    The values come from the :class:`~noisylabels.methods.step.StepOutput` records the method's
+    training steps return under ``"steps"``: losses and logits of every sample of the batch,
+    weights of the samples the objective used (a method that selects samples, such as
+    Co-teaching, gives weights only to those).
 
     Under multi-process training every process records the samples it trained on and the
     per-sample buffers are summed across processes once per epoch; a sample seen by several
@@ -192,7 +197,11 @@ class SubsetStatistics(L.Callback):
     """
 
     def __init__(
-        self, source: str = "train_step", every_n_epochs: int = 1, histograms: bool = True
+        self,
+        source: str = "train_step",
+        every_n_epochs: int = 1,
+        histograms: bool = True,
+        network: int = 0,
     ) -> None:
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
@@ -201,13 +210,16 @@ class SubsetStatistics(L.Callback):
         self.source = source
         self.every_n_epochs = every_n_epochs
         self.histograms = histograms
+        if network < 0:
+            raise ValueError(f"network must be >= 0, got {network}")
+        self.network = network
         self.last: dict[str, float] = {}
         self._buffer: Tensor | None = None
         self._noisy: Tensor | None = None
         self._clean: Tensor | None = None
         self._subsets: Tensor | None = None
-        # this epoch's records: (index, logits, losses or None) and (index, weights)
-        self._loss_records: list[tuple[Tensor, Tensor, Tensor | None]] = []
+        # this epoch's records: (index, logits, losses) and (index, weights)
+        self._loss_records: list[tuple[Tensor, Tensor, Tensor]] = []
         self._weight_records: list[tuple[Tensor, Tensor]] = []
         self._active = False
         self._warned = False
@@ -290,25 +302,24 @@ class SubsetStatistics(L.Callback):
     ) -> None:
         if not self._active:
             return
-        outputs = outputs if isinstance(outputs, dict) else {}
-        index = batch["index"]
-        weights = outputs.get("weights")
-        if weights is not None:
-            self._weight_records.append((index, weights.detach()))
-        if self.source != "train_step":
-            return
-        if "logits" not in outputs:
+        steps = outputs.get("steps") if isinstance(outputs, dict) else None
+        if steps is None:
             if not self._warned:
                 rank_zero_warn(
-                    "SubsetStatistics: the training step returned no per-sample 'logits', so "
-                    "source='train_step' has nothing to record; use source='pass'"
+                    "SubsetStatistics: the training step returned no 'steps' (StepOutput "
+                    "records of a noisylabels method), so there is nothing to record"
                 )
                 self._warned = True
             return
-        losses = outputs.get("losses")
-        self._loss_records.append(
-            (index, outputs["logits"].detach(), None if losses is None else losses.detach())
-        )
+        for step in steps:
+            if step.network != self.network:
+                continue
+            if step.used is None:
+                self._weight_records.append((step.index, step.weights))
+            else:
+                self._weight_records.append((step.index[step.used], step.weights[step.used]))
+            if self.source == "train_step":
+                self._loss_records.append((step.index, step.logits, step.losses))
 
     def _fill_buffer(self) -> Tensor:
         """Write this epoch's records into the per-sample buffer (a sample recorded twice by
@@ -318,12 +329,7 @@ class SubsetStatistics(L.Callback):
         if self._loss_records:
             index = torch.cat([r[0] for r in self._loss_records])
             logits = torch.cat([r[1].float() for r in self._loss_records])
-            losses = torch.cat(
-                [
-                    r[2].float() if r[2] is not None else r[1].new_full((len(r[0]),), math.nan)
-                    for r in self._loss_records
-                ]
-            )
+            losses = torch.cat([r[2].float() for r in self._loss_records])
             buffer[index, : c + 1] = torch.cat([logits, losses[:, None]], 1)
             buffer[index, c + _SEEN_LOSS] = 1.0
         if self._weight_records:
@@ -334,26 +340,13 @@ class SubsetStatistics(L.Callback):
         self._loss_records, self._weight_records = [], []
         return buffer
 
-    @torch.no_grad()
     def _training_pass(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Evaluate the model on the training split (no augmentation), this process's share."""
-        batches = trainer.datamodule.train_eval_batches(
-            pl_module.device, rank=trainer.global_rank, world_size=trainer.world_size
-        )
-        was_training = pl_module.training
-        pl_module.eval()
-        try:
-            for batch in batches:
-                with trainer.precision_plugin.forward_context():
-                    logits = pl_module(batch["image"])
-                    per_sample = getattr(pl_module, "per_sample_loss", None)
-                    if per_sample is not None:
-                        losses = per_sample(logits, batch)
-                    else:
-                        losses = F.cross_entropy(logits.float(), batch["label"], reduction="none")
-                self._loss_records.append((batch["index"], logits.detach(), losses.detach()))
-        finally:
-            pl_module.train(was_training)
+        for batch, logits in pl_module.training_split_logits(
+            rank=trainer.global_rank, world_size=trainer.world_size
+        ):
+            losses = pl_module.stage_loss(logits, batch)
+            self._loss_records.append((batch["index"], logits, losses))
 
     # ------------------------------------------------------------------ epoch end
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -1,15 +1,29 @@
-"""The shared LightningModule of every method: backbone, optimization, metrics and VRNL.
+"""The shared LightningModule of every method: backbone, optimization, stages, metrics and VRNL.
 
-A method subclasses :class:`NoisyLabelMethod` and defines :meth:`per_sample_loss`; it gets the
-VRNL objective ``mean(l) - alpha * Var(l)`` (VRNL paper, Eq. 1) by setting ``alpha``. Methods that
-model the noise with a transition matrix also override :meth:`noisy_posterior` (``q = p @ T``,
-with ``T`` row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``) and :meth:`transition`.
+A method subclasses :class:`NoisyLabelMethod` and defines :meth:`~NoisyLabelMethod.per_sample_loss`;
+it gets the VRNL objective ``mean(l) - alpha * Var(l)`` (VRNL paper, Eq. 1) by setting ``alpha``.
+What the base owns, so that a method is a small file:
+
+* the objective: :meth:`~NoisyLabelMethod.vrnl` turns per-sample losses (of all samples, or of
+  the ones a method selects) into the VRNL objective and records a typed
+  :class:`~noisylabels.methods.step.StepOutput` that the epoch statistics and callbacks read;
+* the stage schedule: ``warmup_epochs`` of plain cross-entropy (VRNL off, never selected as
+  the best checkpoint), an optional estimation point (:meth:`~NoisyLabelMethod.on_main_stage_start`,
+  e.g. estimating T̂), then the method's own objective; LR milestones count from the start of
+  the method's own stage (``milestones_from: main``) unless set otherwise;
+* manual optimization: a method that sets ``automatic_optimization = False`` and returns several
+  optimizers from ``configure_optimizers`` has them all stepped once per batch, through the
+  precision plugin's loss scaler, with their LR schedulers stepped once per epoch.
+
+Methods that model the noise with a transition matrix also override
+:meth:`~NoisyLabelMethod.noisy_posterior` (``q = p @ T``, ``T`` row-stochastic:
+``T[i, j] = P(noisy = j | clean = i)``) and :meth:`~NoisyLabelMethod.transition`.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import lightning as L
@@ -19,13 +33,16 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from noisylabels.methods.optim import OPTIMIZERS, Optimization
+from noisylabels.methods.stages import StageSchedule
+from noisylabels.methods.step import EpochStatistics, StepOutput
 from noisylabels.methods.vrnl import SCOPES, vrnl_objective
 from noisylabels.models import build_backbone
 
-OPTIMIZERS = ("sgd", "adam")
+MILESTONES_FROM = ("main", "start")
 
 
-class NoisyLabelMethod(L.LightningModule):
+class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
     """Base of all methods; trains on the VRNL objective of the method's per-sample losses.
 
     Args:
@@ -39,6 +56,10 @@ class NoisyLabelMethod(L.LightningModule):
         optimizer: ``sgd`` (with ``momentum``) or ``adam``.
         lr, momentum, weight_decay: optimizer settings (paper: SGD 0.01, 0.9, 1e-4).
         milestones, lr_gamma: MultiStepLR epochs and factor (paper: 30, 60 and 0.1).
+        milestones_from: ``main``: milestones count from the first epoch of the method's own
+            stage, after any warm-up; ``start``: from epoch 0.
+        warmup_epochs: epochs of plain cross-entropy (VRNL off) before the method's own
+            objective, for methods with a warm-up stage.
         pretrained: start from ImageNet weights (``resnet50`` only; from torchvision's local
             cache or ``weights_path``).
         weights_path: a state-dict file of pretrained backbone weights.
@@ -61,6 +82,8 @@ class NoisyLabelMethod(L.LightningModule):
         weight_decay: float = 1e-4,
         milestones: Sequence[int] = (30, 60),
         lr_gamma: float = 0.1,
+        milestones_from: str = "main",
+        warmup_epochs: int = 0,
         pretrained: bool = False,
         weights_path: str | None = None,
         backbone_kwargs: dict[str, Any] | None = None,
@@ -72,42 +95,46 @@ class NoisyLabelMethod(L.LightningModule):
             raise ValueError(f"variance_scope must be one of {SCOPES}, got {variance_scope!r}")
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+        if milestones_from not in MILESTONES_FROM:
+            raise ValueError(
+                f"milestones_from must be one of {MILESTONES_FROM}, got {milestones_from!r}"
+            )
         if lr <= 0:
             raise ValueError(f"lr must be positive, got {lr}")
+        if int(warmup_epochs) < 0:
+            raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")
         self.save_hyperparameters()
         self.num_classes = num_classes
         self.alpha = float(alpha)
         self.variance_scope = variance_scope
-        kwargs = dict(backbone_kwargs or {})
-        if pretrained or weights_path:
-            if backbone != "resnet50":
-                raise ValueError(
-                    f"pretrained weights are available for resnet50 only, not {backbone!r}; "
-                    "set --model.pretrained false"
-                )
-            kwargs.update(pretrained=True, weights_path=weights_path)
-        self.net = build_backbone(backbone, num_classes, tuple(input_shape), **kwargs)
-        if channels_last:
-            self.net = self.net.to(memory_format=torch.channels_last)
+        self.net = self.build_network()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.test_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.val_loss = MeanMetric()
-        # this process's epoch sums: [loss·n, var·n, objective·n, non-positive weights, n,
-        # correct predictions]; not a buffer: DDP broadcasts buffers from rank 0 before every
-        # training forward, which would overwrite the other processes' sums
-        self.epoch_sums = torch.zeros(6)
+        self.init_stages()
+        # epoch statistics live outside the module's buffers: DDP broadcasts buffers from
+        # rank 0 before every training forward, which would overwrite the other processes' sums
+        self.epoch_stats = EpochStatistics()
+        self._steps: list[StepOutput] = []
+
+    def build_network(self) -> nn.Module:
+        """A new backbone as the options describe (also used to add further networks)."""
+        hp = self.hparams
+        kwargs = dict(hp.backbone_kwargs or {})
+        if hp.pretrained or hp.weights_path:
+            if hp.backbone != "resnet50":
+                raise ValueError(
+                    f"pretrained weights are available for resnet50 only, not {hp.backbone!r}; "
+                    "set --model.pretrained false"
+                )
+            kwargs.update(pretrained=True, weights_path=hp.weights_path)
+        net = build_backbone(hp.backbone, self.num_classes, tuple(hp.input_shape), **kwargs)
+        return net.to(memory_format=torch.channels_last) if hp.channels_last else net
 
     # ---------------------------------------------------------------- what a method defines
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
-        """Loss of each sample against its (noisy) label, shape ``(B,)``."""
+        """The method's loss of each sample against its (noisy) label, shape ``(B,)``."""
         raise NotImplementedError
-
-    def variance_losses(
-        self, logits: Tensor, batch: dict[str, Tensor], losses: Tensor
-    ) -> Tensor | None:
-        """The losses whose variance VRNL changes, when its gradient must reach only some
-        parameters; ``None`` (default) uses ``losses`` themselves."""
-        return None
 
     def noisy_posterior(self, probs: Tensor) -> Tensor:
         """Map clean posteriors ``p`` to noisy-label posteriors (``p`` itself by default)."""
@@ -117,21 +144,62 @@ class NoisyLabelMethod(L.LightningModule):
         """The method's current estimate of T (row-stochastic), or ``None``."""
         return None
 
-    def extra_objective(self) -> Tensor | None:
-        """A term added to the VRNL objective (e.g. VolMinNet's log-det), or ``None``."""
-        return None
-
-    @property
-    def in_warmup(self) -> bool:
-        """``True`` while the method trains in a plain-CE warm-up stage before its own objective
-        (VRNL is off then, and checkpoint selection skips those epochs); ``False`` by default."""
-        return False
-
     @property
     def method_name(self) -> str:
         """Display name, with ``-VRNL`` where ``alpha`` is non-zero."""
         base = type(self).__name__
         return f"{base}-VRNL" if self.alpha != 0 else base
+
+    # ---------------------------------------------------------------- the objective
+    def vrnl(
+        self,
+        losses: Tensor,
+        logits: Tensor,
+        batch: dict[str, Tensor],
+        *,
+        used: Tensor | None = None,
+        variance_losses: Tensor | None = None,
+        extra: Tensor | None = None,
+        network: int = 0,
+    ) -> Tensor:
+        """VRNL objective ``mean(l) - alpha * Var(l)`` (+ ``extra``) over the per-sample
+        ``losses`` of the samples ``used`` (a boolean mask; all by default), recorded as this
+        step's :class:`StepOutput` of ``network``. ``alpha`` is 0 during a warm-up.
+
+        ``variance_losses``: the same losses through another graph, when the variance term must
+        reach only some parameters (see :func:`~noisylabels.methods.vrnl.vrnl_objective`).
+        """
+        alpha = 0.0 if self.in_warmup else self.alpha
+        chosen = losses if used is None else losses[used]
+        if variance_losses is not None and used is not None:
+            variance_losses = variance_losses[used]
+        out = vrnl_objective(chosen, alpha, self.variance_scope, variance_losses)
+        objective = out.objective if extra is None else out.objective + extra
+        weights = out.weights
+        if used is not None:
+            weights = torch.zeros_like(losses, dtype=weights.dtype).masked_scatter(used, weights)
+        step = StepOutput(
+            index=batch["index"],
+            labels=batch["label"],
+            logits=logits.detach(),
+            losses=losses.detach(),
+            weights=weights,
+            used=used,
+            objective=objective.detach(),
+            mean=out.mean,
+            variance=out.variance,
+            network=network,
+        )
+        self._steps.append(step)
+        self.epoch_stats.add(step)
+        return objective
+
+    def training_objective(self, batch: dict[str, Tensor]) -> Tensor:
+        """The objective of one training batch (with gradient): the VRNL objective of the
+        current stage's per-sample losses. Methods with several networks or a sample selection
+        override this and call :meth:`vrnl` once per network."""
+        logits = self(batch["image"])
+        return self.vrnl(self.stage_loss(logits, batch), logits, batch)
 
     # ---------------------------------------------------------------- Lightning
     def forward(self, images: Tensor) -> Tensor:
@@ -139,69 +207,54 @@ class NoisyLabelMethod(L.LightningModule):
             images = images.contiguous(memory_format=torch.channels_last)
         return self.net(images)
 
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        return self.training_objective(batch)
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Any]:
+        """Compute :meth:`training_objective` (and, under manual optimization, step every
+        optimizer); return ``{"loss", "steps"}`` with this batch's :class:`StepOutput` records."""
+        self._steps = []
+        loss = self.training_objective(batch)
+        if not self.automatic_optimization:
+            self.manual_step(loss)
+        return {"loss": loss, "steps": self._steps}
 
-    def training_objective(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Objective of one training batch, logged: VRNL of the per-sample losses (``alpha`` 0
-        during a warm-up) plus :meth:`extra_objective`. Returns ``{"loss", "losses" (detached),
-        "logits" (detached), "weights"}``; methods with manual optimization backpropagate
-        ``loss`` themselves."""
-        logits = self(batch["image"])
-        losses = self.per_sample_loss(logits, batch)
-        alpha = 0.0 if self.in_warmup else self.alpha
-        variance_losses = self.variance_losses(logits, batch, losses) if alpha != 0 else None
-        out = vrnl_objective(losses, alpha, self.variance_scope, variance_losses)
-        loss = out.objective
-        extra = self.extra_objective()
-        if extra is not None:
-            loss = loss + extra
-        # epoch statistics accumulate on the device and are logged once per epoch: per-step
-        # self.log calls would cost more than a small model's whole step
-        n = losses.new_tensor(float(losses.numel()))
-        with torch.no_grad():
-            correct = (logits.argmax(1) == batch["label"]).sum()
-            step = [out.mean * n, out.variance * n, loss.detach() * n]
-            step += [(out.weights <= 0).sum(), n, correct]
-            self.epoch_sums += torch.stack([v.float() for v in step])
-        return {
-            "loss": loss,
-            "losses": losses.detach(),
-            "logits": logits.detach(),
-            "weights": out.weights,
-        }
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self.check_stages_fit()
+
+    def on_train_start(self) -> None:
+        self.maybe_start_main_stage()
 
     def on_train_epoch_start(self) -> None:
-        self.epoch_sums = torch.zeros(6, device=self.device)
+        self.epoch_stats.reset()
+        self.maybe_start_main_stage()
 
     def on_train_epoch_end(self) -> None:
-        sums = self.trainer.strategy.reduce(self.epoch_sums.clone(), reduce_op="sum")
-        loss_sum, var_sum, objective_sum, count, total, correct = sums.tolist()
-        total = max(total, 1.0)
-        frac = count / total
-        metrics = {
-            "train/loss": loss_sum / total,
-            "train/loss_var": var_sum / total,
-            "train/objective": objective_sum / total,
-            "train/nonpositive_weight_frac": frac,
-        }
-        self.log_dict(metrics)
-        self.log("train/acc", correct / total, prog_bar=True)
+        by_network = self.epoch_stats.compute(
+            lambda t: self.trainer.strategy.reduce(t, reduce_op="sum")
+        )
+        for network, metrics in by_network.items():
+            prefix = "train/" if network == 0 else f"train/net{network}/"
+            acc = metrics.pop("acc")
+            self.log_dict({prefix + k: v for k, v in metrics.items()})
+            self.log(prefix + "acc", acc, prog_bar=network == 0)
+        frac = by_network.get(0, {}).get("nonpositive_weight_frac", 0.0)
         if frac > self.hparams.weight_warning and self.alpha != 0:
             warnings.warn(
                 f"alpha={self.alpha}: {frac:.1%} of this epoch's samples got a non-positive VRNL "
                 f"weight 1 + 2*alpha*(mean(l) - l_i); lower |alpha| so every weight stays positive",
                 stacklevel=1,
             )
+        if not self.automatic_optimization:
+            self.step_schedulers()
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        """Validation: the method's loss, and the accuracy of ``noisy_posterior(p)`` against
-        noisy labels (of ``p`` itself where the data module validates on clean labels)."""
+        """Validation: the stage's loss, and the accuracy of ``noisy_posterior(p)`` against
+        noisy labels (of ``p`` itself in a warm-up, or where the data module validates on clean
+        labels)."""
         logits = self(batch["image"])
-        self.val_loss.update(self.per_sample_loss(logits, batch))
+        self.val_loss.update(self.stage_loss(logits, batch))
         probs = F.softmax(logits.float(), dim=1)
         datamodule = getattr(self.trainer, "datamodule", None)
-        if not getattr(datamodule, "clean_validation", False):
+        if not (self.in_warmup or getattr(datamodule, "clean_validation", False)):
             probs = self.noisy_posterior(probs)
         self.val_acc.update(probs.argmax(1), batch["label"])
 
@@ -223,37 +276,41 @@ class NoisyLabelMethod(L.LightningModule):
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         return F.softmax(self(batch["image"]).float(), dim=1)
 
-    # ---------------------------------------------------------------- optimization
-    def make_optimizer(self, params: Any, name: str, lr: float, weight_decay: float) -> Any:
-        """Build ``sgd`` (with the module's momentum) or ``adam`` over ``params``."""
-        if name == "sgd":
-            return torch.optim.SGD(
-                params, lr=lr, momentum=self.hparams.momentum, weight_decay=weight_decay
+    @torch.no_grad()
+    def training_split_logits(
+        self, limit: int | float | None = None, rank: int = 0, world_size: int = 1
+    ) -> Iterator[tuple[dict[str, Tensor], Tensor]]:
+        """``(batch, logits)`` over the training split in order, without augmentation, with the
+        model in eval mode (restored afterwards): what T estimation and exact training
+        statistics run on. ``limit``/``rank``/``world_size`` as in the data module's
+        ``train_eval_batches``."""
+        trainer = self.trainer
+        datamodule = trainer.datamodule
+        if datamodule is None or not hasattr(datamodule, "train_eval_batches"):
+            raise ValueError(
+                f"{type(self).__name__} needs a NoisyDataModule (with train_eval_batches) to run "
+                "the model over the training split"
             )
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+        modes = {m: m.training for m in self.modules()}
+        self.eval()
+        try:
+            for batch in datamodule.train_eval_batches(self.device, limit, rank, world_size):
+                with trainer.precision_plugin.forward_context():
+                    logits = self(batch["image"])
+                yield batch, logits
+        finally:
+            for module, mode in modes.items():
+                module.train(mode)
 
-    def make_scheduler(self, optimizer: Any) -> Any:
-        """MultiStepLR with the module's milestones (shared by every optimizer of a method)."""
-        return torch.optim.lr_scheduler.MultiStepLR(
-            optimizer, milestones=list(self.hparams.milestones), gamma=self.hparams.lr_gamma
-        )
+    def configure_callbacks(self) -> list[L.Callback]:
+        """The run's own callbacks, so ``Trainer.fit`` records what ``noisylabels fit`` does: the
+        noise and its T (``noise.pt``, ``transition.csv``), T̂ and ε_T, and whatever the data
+        module needs (e.g. a skipped-image report)."""
+        from noisylabels.callbacks import NoiseRecorder, TransitionMonitor
 
-    def configure_optimizers(self) -> Any:
-        hp = self.hparams
-        opt = self.make_optimizer(self.net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
-        return {"optimizer": opt, "lr_scheduler": self.make_scheduler(opt)}
-
-
-class CE(NoisyLabelMethod):
-    """Standard training: cross-entropy on the noisy labels (the baseline of every table)."""
-
-    def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
-        return F.cross_entropy(logits.float(), batch["label"], reduction="none")
-
-
-def frozen_buffer(module: nn.Module, name: str, value: Tensor) -> None:
-    """Register (or overwrite in place) a persistent buffer, so it travels in checkpoints."""
-    if name in module._buffers and module._buffers[name] is not None:
-        module._buffers[name].copy_(value)
-    else:
-        module.register_buffer(name, value.clone())
+        callbacks: list[L.Callback] = [NoiseRecorder(), TransitionMonitor()]
+        datamodule = getattr(self._trainer, "datamodule", None)
+        extra = getattr(datamodule, "callbacks", None)
+        if callable(extra):
+            callbacks.extend(extra())
+        return callbacks

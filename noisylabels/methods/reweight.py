@@ -18,7 +18,8 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from noisylabels.methods.forward import EPS, TransitionMethod
+from noisylabels.methods.losses import EPS
+from noisylabels.methods.transition import TransitionMethod
 
 
 class Reweight(TransitionMethod):
@@ -26,9 +27,9 @@ class Reweight(TransitionMethod):
 
     Args:
         transition: ``estimate`` (default: warm-up, then T̂), ``true`` or a T file path; see
-            :class:`~noisylabels.methods.forward.TransitionMethod` for the estimation options.
+            :class:`~noisylabels.methods.transition.TransitionMethod` for the estimation options.
         detach_beta: treat ``β`` as a constant (default) or backpropagate through it.
-        **kwargs: see :class:`~noisylabels.methods.forward.TransitionMethod`.
+        **kwargs: see :class:`~noisylabels.methods.transition.TransitionMethod`.
     """
 
     def __init__(
@@ -45,7 +46,7 @@ class Reweight(TransitionMethod):
         beta = p_y / q_y.clamp_min(EPS)
         return beta.detach() if self.detach_beta else beta
 
-    def corrected_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
+    def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         logits = logits.float()
         labels = batch["label"]
         beta = self.importance_weights(F.softmax(logits, dim=1), labels)

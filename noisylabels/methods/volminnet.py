@@ -22,8 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from noisylabels.methods.base import OPTIMIZERS, NoisyLabelMethod
-from noisylabels.methods.forward import apply_transition, forward_loss
+from noisylabels.methods.base import NoisyLabelMethod
+from noisylabels.methods.losses import apply_transition, forward_loss
+from noisylabels.methods.optim import OPTIMIZERS
 
 
 class VolMinNet(NoisyLabelMethod):
@@ -38,8 +39,8 @@ class VolMinNet(NoisyLabelMethod):
         t_weight_decay: weight decay of T (paper: 0).
         **kwargs: see :class:`~noisylabels.methods.base.NoisyLabelMethod`.
 
-    Both optimizers step on every batch (manual optimization); a batch counts as one step of
-    Lightning's ``global_step``.
+    Both optimizers step on every batch through the base's shared manual-optimization step; a
+    batch counts as one step of Lightning's ``global_step``.
     """
 
     def __init__(
@@ -73,44 +74,29 @@ class VolMinNet(NoisyLabelMethod):
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         return forward_loss(F.softmax(logits.float(), dim=1), self.transition(), batch["label"])
 
-    def variance_losses(self, logits: Tensor, batch: dict[str, Tensor], losses: Tensor) -> Tensor:
-        """The same CE losses through a detached T: VRNL regularizes the classifier only, T
-        learns from ``mean(l) + lam · log|det T|`` (VRNL paper, "Work with VolMinNet")."""
-        T = self.transition().detach()
-        return forward_loss(F.softmax(logits.float(), dim=1), T, batch["label"])
+    def training_objective(self, batch: dict[str, Tensor]) -> Tensor:
+        """``mean(l) + lam · log|det T| - alpha · Var(l)``; the variance term sees the losses
+        through a detached T, so VRNL regularizes the classifier only and T learns from
+        ``mean(l) + lam · log|det T|`` (VRNL paper, "Work with VolMinNet")."""
+        if self.in_warmup:  # a warm-up, where one is asked for, is plain cross-entropy
+            return super().training_objective(batch)
+        logits = self(batch["image"])
+        probs = F.softmax(logits.float(), dim=1)
+        T = self.transition()
+        labels = batch["label"]
+        losses = forward_loss(probs, T, labels)
+        detached = forward_loss(probs, T.detach(), labels) if self.alpha != 0 else None
+        return self.vrnl(losses, logits, batch, variance_losses=detached, extra=self.volume_term(T))
 
-    def extra_objective(self) -> Tensor:
-        """``lam · log|det T|``: minimizing it shrinks the volume of T."""
-        return self.hparams.lam * torch.linalg.slogdet(self.transition()).logabsdet
-
-    # ---------------------------------------------------------------- optimization
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        opt_net, opt_t = self.optimizers()
-        out = self.training_objective(batch)
-        opt_net.zero_grad()
-        opt_t.zero_grad()
-        self.manual_backward(out["loss"])
-        # T steps on its plain torch optimizer so that a batch is one step of Lightning's
-        # global_step (max_steps, fast_dev_run); with a loss scaler (16-bit mixed precision) the
-        # scaler unscales T's gradients and skips the step on inf/nan, before the model's step
-        # updates the scale
-        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
-        if scaler is not None:
-            scaler.step(opt_t.optimizer)
-        else:
-            opt_t.optimizer.step()
-        opt_net.step()
-        return out
-
-    def on_train_epoch_end(self) -> None:
-        super().on_train_epoch_end()
-        schedulers = self.lr_schedulers()
-        if schedulers is None:
-            return
-        for scheduler in schedulers if isinstance(schedulers, list) else [schedulers]:
-            scheduler.step()
+    def volume_term(self, T: Tensor | None = None) -> Tensor:
+        """``lam · log|det T|`` (of the current T by default): minimizing it shrinks the volume
+        of T."""
+        T = self.transition() if T is None else T
+        return self.hparams.lam * torch.linalg.slogdet(T).logabsdet
 
     def configure_optimizers(self) -> Any:
+        """The classifier's optimizer and T's own (both step on every batch, with the same
+        LR milestones)."""
         hp = self.hparams
         opt_net = self.make_optimizer(self.net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
         opt_t = self.make_optimizer([self.W], hp.t_optimizer, hp.t_lr, hp.t_weight_decay)

@@ -1,0 +1,202 @@
+"""Transition-matrix machinery shared by the methods that correct with a T: where T comes from
+(the true T of synthetic noise, a file, or estimated after a warm-up), its estimation and bias,
+and its error ε_T against the true T.
+
+Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``. An estimate is
+made from the warm-up model's outputs over the training split without augmentation, by anchor
+points (Patrini et al. 2017) or Dual-T (Yao et al. 2020), at the estimation point of the stage
+schedule; it is a persistent buffer, so checkpoints carry it and a resumed run never estimates
+it again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor
+
+from noisylabels.methods.base import NoisyLabelMethod
+from noisylabels.methods.losses import apply_transition
+from noisylabels.noise import (
+    anchor_transition,
+    bias_transition,
+    dual_t_transition,
+    estimation_error,
+    load_transition,
+)
+
+ESTIMATORS = ("anchor", "dual_t")
+ESTIMATE = "estimate"
+
+
+def true_transition(datamodule: Any) -> Tensor | None:
+    """The true T of a data module's synthetic noise (float, CPU), or ``None`` where unknown."""
+    T = getattr(datamodule, "transition", None)
+    return None if T is None else T.detach().float().cpu()
+
+
+def current_transition(model: L.LightningModule) -> Tensor | None:
+    """A method's current T̂ (detached, float, CPU), or ``None`` if it has none (yet)."""
+    getter = getattr(model, "transition", None)
+    T = getter() if callable(getter) else None
+    return None if T is None else T.detach().float().cpu()
+
+
+def transition_error(model: L.LightningModule, datamodule: Any) -> float | None:
+    """ε_T = ‖T − T̂‖₁,₁ / ‖T‖₁,₁ between the data's true T and the method's current T̂, or
+    ``None`` where either is unknown. The one place the run's ε_T is computed."""
+    true_t, T_hat = true_transition(datamodule), current_transition(model)
+    if true_t is None or T_hat is None:
+        return None
+    return estimation_error(true_t, T_hat)
+
+
+class TransitionMethod(NoisyLabelMethod):
+    """A method that corrects with a transition matrix ``T`` (row-stochastic,
+    ``T[i, j] = P(noisy=j | clean=i)``): given, loaded, or estimated after a warm-up.
+
+    Args:
+        transition: ``true``: the true T of the synthetic noise; ``estimate``: train plain CE for
+            ``warmup_epochs``, then estimate T̂ from the model's outputs on the training split
+            (without augmentation) and correct with it; otherwise a path to a T file (``.pt``,
+            ``.npy``, ``.csv``).
+        estimator: ``anchor`` (anchor points; Patrini et al. 2017) or ``dual_t`` (Yao et al.
+            2020) for ``transition: estimate``.
+        warmup_epochs: epochs of plain CE (no VRNL) before the estimate (paper: 20; 15 on
+            CIFAR-100); used with ``transition: estimate`` only. Must be smaller than
+            ``max_epochs``; under ``fast_dev_run`` T̂ is estimated at once so every stage runs.
+        filter_outliers: ignore outputs at or above each column's ``outlier_quantile`` when
+            picking anchor points (paper: on for MNIST and CIFAR-10, off for CIFAR-100).
+        outlier_quantile: the filter's quantile, a fraction (0.97 = 97th percentile).
+        transition_bias: ``γ > 0`` perturbs T to ``T + γ|Δ|``, ``Δ ~ N(0, 1)`` seeded by
+            ``bias_seed``, rows renormalised (VRNL paper §4.4, robustness to a biased T).
+        bias_seed: seed of ``Δ``.
+        **kwargs: see :class:`~noisylabels.methods.base.NoisyLabelMethod`.
+    """
+
+    def __init__(
+        self,
+        transition: bool | str = True,
+        estimator: str = "anchor",
+        warmup_epochs: int = 20,
+        filter_outliers: bool = True,
+        outlier_quantile: float = 0.97,
+        transition_bias: float = 0.0,
+        bias_seed: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(warmup_epochs=warmup_epochs, **kwargs)
+        if transition is False:
+            raise ValueError(
+                "transition: false leaves nothing to correct with; use the CE method, "
+                "transition: true (the true T), estimate, or a path to a T file"
+            )
+        if isinstance(transition, str) and transition != ESTIMATE:
+            if not Path(transition).expanduser().is_file():
+                raise FileNotFoundError(
+                    f"transition file {transition} does not exist; --model.transition takes "
+                    "true, estimate, or the path of a T file"
+                )
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        if not 0.0 < outlier_quantile <= 1.0:
+            raise ValueError(
+                f"outlier_quantile must be a fraction in (0, 1] (0.97, not 97), "
+                f"got {outlier_quantile}"
+            )
+        if not transition_bias >= 0.0:
+            raise ValueError(f"transition_bias (γ) must be >= 0, got {transition_bias}")
+        self.transition_source = transition
+        self.register_buffer("T", torch.eye(self.num_classes))
+
+    # ---------------------------------------------------------------- state
+    @property
+    def estimates_transition(self) -> bool:
+        """Whether T̂ is estimated from a warm-up model (``transition: estimate``)."""
+        return self.transition_source == ESTIMATE
+
+    @property
+    def has_warmup_stage(self) -> bool:
+        """A warm-up stage precedes the correction only when T̂ is estimated."""
+        return self.estimates_transition
+
+    def transition(self) -> Tensor | None:
+        """The T this method corrects with; ``None`` while T̂ is not estimated yet."""
+        return None if self.in_warmup else self.T
+
+    def noisy_posterior(self, probs: Tensor) -> Tensor:
+        return apply_transition(probs, self.T)
+
+    def store_transition(self, T: Tensor) -> None:
+        """Make ``T`` (row-stochastic) the transition matrix this run corrects with."""
+        self.T.copy_(T.to(self.T))
+
+    # ---------------------------------------------------------------- given T
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if stage == "fit" and not self.estimates_transition:
+            self.store_transition(self.biased(self.resolve_transition()))
+
+    def resolve_transition(self) -> Tensor:
+        """The given T of this run: the data module's true T or the T file."""
+        source = self.transition_source
+        if source == ESTIMATE:
+            raise ValueError("transition: estimate has no given T; it is estimated after warm-up")
+        if isinstance(source, str):
+            return load_transition(source, self.num_classes)
+        datamodule = getattr(self._trainer, "datamodule", None)
+        true_t = true_transition(datamodule)
+        if true_t is None:
+            noise = getattr(datamodule, "noise_type", "unknown")
+            raise ValueError(
+                f"transition: true needs the true T, which noise type {noise!r} does not have; "
+                "pass --model.transition estimate, or a path to a T file"
+            )
+        return true_t
+
+    def biased(self, T: Tensor) -> Tensor:
+        """``T`` perturbed by ``transition_bias`` (seeded by ``bias_seed``); ``T`` if γ = 0."""
+        gamma = float(self.hparams.transition_bias)
+        if gamma == 0.0:
+            return T
+        gen = torch.Generator().manual_seed(int(self.hparams.bias_seed))
+        biased = bias_transition(T.detach().float().cpu(), gamma, gen)
+        self._report(f"biased T (γ = {gamma:g})", biased)
+        return biased
+
+    def _report(self, what: str, T: Tensor) -> None:
+        true_t = true_transition(getattr(self._trainer, "datamodule", None))
+        err = "" if true_t is None else f": ε_T = {estimation_error(true_t, T):.4f}"
+        rank_zero_info(f"{type(self).__name__}: {what}{err}")
+
+    # ---------------------------------------------------------------- estimated T
+    def on_main_stage_start(self) -> None:
+        """The estimation point: T̂ from the warm-up model (then biased, if asked)."""
+        T_hat = self.estimate_transition()
+        self._report(f"estimated T̂ ({self.hparams.estimator}) at epoch {self.current_epoch}", T_hat)
+        self.store_transition(self.biased(T_hat))
+
+    def train_outputs(self) -> tuple[Tensor, Tensor]:
+        """Softmax outputs (N x C, CPU) and noisy labels of the training split, in order and
+        without augmentation, with the model in eval mode. Honours ``limit_train_batches``."""
+        probs, labels = [], []
+        for batch, logits in self.training_split_logits(self.trainer.limit_train_batches):
+            probs.append(F.softmax(logits.float(), dim=1).cpu())
+            labels.append(batch["label"].cpu())
+        return torch.cat(probs), torch.cat(labels)
+
+    def estimate_transition(self) -> Tensor:
+        """Estimate T̂ from the current model (anchor points or Dual-T, ``filter_outliers`` at
+        ``outlier_quantile``); every process gets process 0's estimate."""
+        hp = self.hparams
+        probs, labels = self.train_outputs()
+        if hp.estimator == "dual_t":
+            T_hat = dual_t_transition(probs, labels, hp.filter_outliers, hp.outlier_quantile)
+        else:
+            T_hat = anchor_transition(probs, hp.filter_outliers, hp.outlier_quantile)
+        return self.trainer.strategy.broadcast(T_hat, src=0)

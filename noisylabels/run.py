@@ -1,0 +1,80 @@
+"""One run: fit → test the best checkpoint on the clean test set → ``results.json``.
+
+The command line's ``fit`` is :func:`fit_and_test`; it is as callable from Python::
+
+    from lightning import Trainer
+    from noisylabels.callbacks import WarmupAwareCheckpoint
+    from noisylabels.data import MNISTDataModule
+    from noisylabels.methods import Forward
+    from noisylabels.run import fit_and_test
+
+    data = MNISTDataModule(data_dir="DATA", noise_type="symmetric", noise_rate=0.2)
+    model = Forward(alpha=0.1, transition=True)
+    checkpoint = WarmupAwareCheckpoint(monitor="val/acc", mode="max")
+    results = fit_and_test(model, data, Trainer(max_epochs=80, callbacks=[checkpoint]))
+
+The method's own callbacks (the noise record, T̂ monitoring, the data module's reports) come
+from its ``configure_callbacks``, so a run from Python records what ``noisylabels fit`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import lightning as L
+
+from noisylabels.callbacks import run_dir, write_transition_estimate
+from noisylabels.results import build_results, write_results
+
+RESULTS_FILE = "results.json"
+
+
+def fit_and_test(
+    model: L.LightningModule,
+    datamodule: L.LightningDataModule,
+    trainer: L.Trainer,
+    *,
+    ckpt_path: str | None = None,
+    weights_only: bool | None = None,
+    test: bool = True,
+    seed: int | None = None,
+) -> dict[str, Any] | None:
+    """Fit ``model`` on ``datamodule``, test the best checkpoint (by the trainer's checkpoint
+    callback; the final model where there is none) on the clean test set, and write
+    ``results.json`` and the final T̂ to the run dir.
+
+    Args:
+        ckpt_path: checkpoint to resume the fit from (Lightning's ``ckpt_path``).
+        weights_only: how Lightning loads ``ckpt_path`` (its ``weights_only``).
+        test: test after fitting; without it ``results.json`` has ``test_acc: null``.
+        seed: the run's training seed, for ``results.json`` (default: Lightning's
+            ``PL_GLOBAL_SEED``, which ``seed_everything`` sets).
+
+    Returns:
+        The results (also written to ``results.json``) on process 0; ``None`` on the others.
+    """
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
+    test_metrics = None
+    if test:
+        has_best = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
+        out = trainer.test(model, datamodule=datamodule, ckpt_path="best" if has_best else None)
+        test_metrics = out[0] if out else None
+    if not trainer.is_global_zero:
+        return None
+    if seed is None and os.environ.get("PL_GLOBAL_SEED") is not None:
+        seed = int(os.environ["PL_GLOBAL_SEED"])
+    results = build_results(
+        trainer,
+        model,
+        datamodule,
+        seed=seed,
+        wall_time_s=time.perf_counter() - start,
+        test_metrics=test_metrics,
+    )
+    folder = run_dir(trainer)
+    write_transition_estimate(folder, model, datamodule)
+    write_results(results, folder / RESULTS_FILE)
+    return results
