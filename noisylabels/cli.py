@@ -12,13 +12,18 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from noisylabels.callbacks import WarmupAwareCheckpoint, run_dir
+from noisylabels.config import ComposedConfigFile
 from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run import fit_and_test
+
+# the paper's protocol and the project's layout, where a config does not say otherwise
+TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": 80, "devices": 1, "default_root_dir": "runs"}
 
 # name -> (module, function): project subcommands beside Lightning's stages.
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {"plot": ("noisylabels.plot", "main")}
@@ -38,10 +43,25 @@ class SaveConfigToTensorBoard(SaveConfigCallback):
 class NoisyLabelsCLI(LightningCLI):
     """LightningCLI with the project's checkpointing, links and post-fit test."""
 
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        """Lightning's parser with a ``--config`` that understands ``compose:``."""
+        kwargs.setdefault("dump_header", [f"lightning.pytorch=={L.__version__}"])
+        parser = self.parser_class(**kwargs)
+        parser.add_argument(
+            "-c",
+            "--config",
+            action=ComposedConfigFile,
+            help="Path to a configuration file in yaml format (may compose others with "
+            "'compose: [a.yaml, b.yaml]'), or a configuration string. Repeatable.",
+        )
+        return parser
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(WarmupAwareCheckpoint, "checkpoint")
         parser.set_defaults(
             {
+                # the per-subset loss curves; --trainer.callbacks '[]' drops them
+                "trainer.callbacks": [{"class_path": "noisylabels.callbacks.SubsetStatistics"}],
                 "checkpoint.monitor": "val/acc",
                 "checkpoint.mode": "max",
                 "checkpoint.filename": "best-epoch{epoch:03d}",
@@ -112,6 +132,8 @@ def run(args: list[str] | None = None) -> NoisyLabelsCLI | Any:
         NoisyDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
+        seed_everything_default=0,
+        trainer_defaults=TRAINER_DEFAULTS,
         save_config_callback=SaveConfigToTensorBoard,
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,

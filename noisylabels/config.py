@@ -1,0 +1,88 @@
+"""Composed configuration files: ``--config`` files that build on others.
+
+A config file may begin with ``compose:``, a list of other config files (paths relative to the
+file); those are applied first, in order, then the file's own keys on top. Groups under
+``configs/`` (``data/``, ``method/``, ``trainer/``) hold one concern each, and the presets
+(e.g. ``configs/cifar100_volmin_vrnl.yaml``) compose a data and a method file and hold only the
+settings particular to that pair::
+
+    compose: [data/cifar100.yaml, method/volmin_vrnl.yaml]
+    model:
+      init_args:
+        kappa: 4.5
+
+Files compose exactly as repeated ``--config`` options do: later values win, subclass
+``init_args`` merge, lists are replaced.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonargparse import ActionConfigFile
+from jsonargparse import Path as ConfigPath
+
+from noisylabels.errors import InputError, MissingFileError
+
+COMPOSE_KEY = "compose"
+
+
+def _as_file(value: Any) -> Path | None:
+    """``value`` as an existing file path, or ``None`` when it is config text or no file."""
+    if not isinstance(value, (str, os.PathLike)) or "\n" in str(value):
+        return None
+    path = Path(os.fspath(value)).expanduser()
+    return path if path.is_file() else None
+
+
+def read_composed(path: Path, _stack: tuple[Path, ...] = ()) -> list[tuple[Path, Any, bool]]:
+    """The config files ``path`` composes, depth first, ending with ``path`` itself: each as
+    ``(path, its own keys without compose, whether it composes others)``. Raises for a missing
+    file or a cycle."""
+    path = path.resolve()
+    if path in _stack:
+        chain = " -> ".join(str(p) for p in (*_stack, path))
+        raise InputError(f"config files compose each other in a cycle: {chain}")
+    try:
+        content = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise InputError(f"{path} is not valid YAML: {err}") from None
+    if not isinstance(content, dict) or COMPOSE_KEY not in content:
+        return [(path, content, False)]
+    content = dict(content)
+    bases = content.pop(COMPOSE_KEY)
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+        raise InputError(f"{path}: '{COMPOSE_KEY}' must be a list of config file paths")
+    parts: list[tuple[Path, Any, bool]] = []
+    for base in bases:
+        base_path = (path.parent / base).expanduser()
+        if not base_path.is_file():
+            raise MissingFileError(
+                f"{path} composes {base}, but {base_path} does not exist ({COMPOSE_KEY} paths "
+                "are relative to the file that lists them)"
+            )
+        parts += read_composed(base_path, (*_stack, path))
+    return [*parts, (path, content, True)]
+
+
+class ComposedConfigFile(ActionConfigFile):
+    """``--config`` that understands ``compose:`` (see the module docstring)."""
+
+    @staticmethod
+    def apply_config(parser: Any, cfg: Any, dest: str, value: Any) -> None:
+        path = _as_file(value)
+        parts = [] if path is None else read_composed(path)
+        if len(parts) <= 1:  # config text, or a file that composes nothing
+            ActionConfigFile.apply_config(parser, cfg, dest, value)
+            return
+        for part_path, content, composes in parts:
+            if not composes:
+                ActionConfigFile.apply_config(parser, cfg, dest, str(part_path))
+            elif content:  # a composing file's own keys, without the compose list
+                ActionConfigFile.apply_config(parser, cfg, dest, yaml.safe_dump(content))
+                cfg[dest][-1] = ConfigPath(str(part_path), mode="fr")  # the file, not its text
