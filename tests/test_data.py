@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import lightning as L
@@ -16,8 +17,9 @@ from noisylabels.data import (
     random_crop,
     random_hflip,
 )
+from noisylabels.data.cifar import CIFAR100_COARSE
 from noisylabels.data.transforms import BatchTransform
-from noisylabels.noise import check_transition
+from noisylabels.noise import check_transition, make_noisy_labels, semantic_transition
 
 from conftest import CONFIGS
 
@@ -71,12 +73,53 @@ def test_every_epoch_covers_the_training_split_once() -> None:
         ({"noise_type": "pair", "noise_rate": 0.5}, "pair noise"),
         ({"noise_type": "gaussian"}, "unknown noise_type"),
         ({"noise_type": "file"}, "noise_file"),
+        ({"noise_type": "real"}, "ships with"),
         ({"val_fraction": 1.0}, "val_fraction"),
     ],
 )
 def test_bad_noise_arguments(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         DigitsDataModule(**kwargs)
+
+
+# What each data module declares for semantic noise (Patrini et al. 2017), and the labels the
+# flips gave before they moved from noise/ into the data modules: sha256 of the int64 noisy
+# labels of clean = arange(2000) % C, rate 0.3, noise seed 5.
+CIFAR100_NEXT = (
+    51, 32, 11, 42, 30, 20, 7, 14, 13, 10, 16, 35, 17, 48, 18, 19, 28, 37, 24, 21,
+    25, 31, 39, 33, 6, 84, 45, 29, 61, 44, 55, 38, 67, 49, 63, 46, 50, 68, 15, 40,
+    86, 69, 43, 88, 78, 77, 98, 52, 58, 60, 65, 53, 56, 57, 62, 72, 59, 83, 90, 96,
+    71, 9, 70, 64, 66, 74, 75, 73, 76, 81, 82, 23, 95, 91, 80, 34, 12, 79, 93, 99,
+    36, 85, 92, 0, 94, 89, 87, 22, 97, 41, 8, 1, 54, 27, 5, 4, 47, 3, 2, 26,
+)  # fmt: skip
+SEMANTIC_LABELS = {
+    MNISTDataModule: "df28b7dfe7f4b7d5b749cf486989d82eeb9d56e15ecca47dbe6cc9771dfe0163",
+    CIFAR10DataModule: "69c01f1db1bc6910aacfde8619fa701f13ee4702484494a68ea9dbaa4fc5e274",
+    CIFAR100DataModule: "c41bb91525b233e61c8354acd59709c90efe6b2ed0e83ab553f16c3f9fbd5365",
+}
+
+
+def test_each_dataset_declares_its_semantic_flips() -> None:
+    assert MNISTDataModule.semantic_flips == {2: 7, 3: 8, 5: 6, 6: 5, 7: 1}
+    assert DigitsDataModule.semantic_flips == MNISTDataModule.semantic_flips
+    # truck -> automobile, bird -> airplane, deer -> horse, cat <-> dog
+    assert CIFAR10DataModule.semantic_flips == {9: 1, 2: 0, 4: 7, 3: 5, 5: 3}
+    flips = CIFAR100DataModule.semantic_flips
+    assert [flips[k] for k in range(100)] == list(CIFAR100_NEXT)
+    coarse = torch.tensor(CIFAR100_COARSE)
+    assert torch.bincount(coarse).tolist() == [5] * 20
+    assert all(coarse[k] == coarse[flips[k]] for k in range(100))  # within the super-class
+    T = semantic_transition(flips, 100, 0.3)
+    assert torch.allclose(T.diagonal(), torch.full((100,), 0.7))  # every class has a partner
+
+
+@pytest.mark.parametrize("module", list(SEMANTIC_LABELS), ids=lambda m: m.name)
+def test_semantic_noise_gives_the_same_labels_as_before(module) -> None:
+    c = module.num_classes
+    clean = torch.arange(2000) % c
+    noisy, T = make_noisy_labels(clean, "semantic", 0.3, c, seed=5, flips=module.semantic_flips)
+    assert hashlib.sha256(noisy.numpy().tobytes()).hexdigest() == SEMANTIC_LABELS[module]
+    assert torch.equal(T, semantic_transition(module.semantic_flips, c, 0.3))
 
 
 def test_mnist_reads_torchvision_layout(mnist_dir: Path) -> None:
@@ -117,9 +160,15 @@ def test_noise_file_round_trip(tmp_path: Path) -> None:
     dm = DigitsDataModule(noise_rate=0.3, noise_seed=7)
     dm.setup("fit")
     torch.save(dm.noise_state(), tmp_path / "noise.pt")
-    again = DigitsDataModule(noise_type="file", noise_file=str(tmp_path / "noise.pt"))
+    path = str(tmp_path / "noise.pt")
+    again = DigitsDataModule(noise_type="file", noise_file=path, noise_seed=7)  # same split
     again.setup("fit")
     assert torch.equal(again.noisy_labels, dm.noisy_labels)
+    assert torch.equal(again.val_indices, dm.val_indices) and again.transition is None
+    info = again.noise_info()
+    assert info["type"] == "file" and info["file"] == str(tmp_path / "noise.pt")
+    assert info["key"] is None and info["rate_nominal"] is None
+    assert info["rate_actual"] == pytest.approx(dm.noise_rate_actual)
     (tmp_path / "short.txt").write_text("1\n2\n3\n")
     bad = DigitsDataModule(noise_type="file", noise_file=str(tmp_path / "short.txt"))
     with pytest.raises(ValueError, match="has 3 labels"):

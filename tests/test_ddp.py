@@ -32,7 +32,7 @@ from torch import nn
 from torch.utils.data import DistributedSampler
 
 from noisylabels.data import MNISTDataModule
-from noisylabels.data.distributed import ShardSampler, usable_length
+from noisylabels.data.samplers import ShardSampler, usable_length
 from noisylabels.methods import Forward, vrnl_objective
 from noisylabels.noise import symmetric_transition
 

@@ -7,6 +7,8 @@ independent of the training seed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
 
@@ -18,7 +20,13 @@ from .transition import (
     check_transition,
 )
 
-__all__ = ["corrupt_labels", "noise_rate", "instance_dependent_noise", "make_noisy_labels"]
+__all__ = [
+    "corrupt_labels",
+    "noise_rate",
+    "empirical_transition",
+    "instance_dependent_noise",
+    "make_noisy_labels",
+]
 
 _CHUNK = 65536  # samples per chunk for the instance-dependent noise
 
@@ -77,6 +85,28 @@ def _truncated_normal(
     u = torch.rand(n, generator=generator, dtype=torch.float64)
     u = (a + u * (b - a)).clamp(1e-12, 1.0 - 1e-12)
     return (mean + std * torch.special.ndtri(u)).clamp(low, high)
+
+
+def empirical_transition(clean: Tensor, noisy: Tensor, num_classes: int) -> Tensor:
+    """Measured class-level transition of a labelling: row-stochastic,
+    ``T[i, j] = #(clean = i, noisy = j) / #(clean = i)``.
+
+    Samples whose clean label is unknown (``-1``) are left out; a class without any sample keeps
+    the identity row. For instance-dependent, file and real noise this is the only T there is.
+    """
+    c = _check_num_classes(num_classes)
+    clean = torch.as_tensor(clean).long().cpu()
+    noisy = torch.as_tensor(noisy).long().cpu()
+    if clean.shape != noisy.shape:
+        raise ValueError(
+            f"shape mismatch: clean {tuple(clean.shape)} vs noisy {tuple(noisy.shape)}"
+        )
+    known = clean >= 0
+    counts = torch.bincount(clean[known] * c + noisy[known], minlength=c * c).view(c, c)
+    counts = counts.double()
+    totals = counts.sum(dim=1, keepdim=True)
+    T = torch.where(totals > 0, counts / totals.clamp_min(1), torch.eye(c, dtype=torch.float64))
+    return T.float()
 
 
 def instance_dependent_noise(
@@ -141,23 +171,24 @@ def make_noisy_labels(
     rate: float,
     num_classes: int,
     seed: int,
-    dataset: str | None = None,
+    flips: Mapping[int, int] | None = None,
     features: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """Corrupt ``clean_labels`` with a synthetic noise type; the data module's single entry point.
+    """Corrupt ``clean_labels`` with a synthetic noise type.
 
     Returns ``(noisy_labels, T)`` where ``T`` is the row-stochastic class-level transition matrix
     (``T[i, j] = P(noisy=j | clean=i)``, see :func:`build_transition`) or ``None`` for
-    ``"instance"`` noise (Xia et al. 2020, needs ``features``). ``"none"`` returns a clone of the
-    clean labels with the identity T. ``"file"`` raises ``ValueError``: such labels are read from
-    a file, not generated. Randomness: ``torch.Generator().manual_seed(seed)`` (the noise seed).
+    ``"instance"`` noise (Xia et al. 2020, needs ``features``). ``"semantic"`` needs the
+    dataset's ``flips`` (``{clean class: noisy class}``). ``"none"`` returns a clone of the clean
+    labels with the identity T. ``"file"`` and ``"real"`` raise ``ValueError``: such labels are
+    read, not generated. Randomness: ``torch.Generator().manual_seed(seed)`` (the noise seed).
     """
     if noise_type not in NOISE_TYPES:
         raise ValueError(f"unknown noise type {noise_type!r}; expected one of {NOISE_TYPES}")
-    if noise_type == "file":
+    if noise_type in ("file", "real"):
         raise ValueError(
-            "noise type 'file' has no synthetic generator: load the noisy labels from the label "
-            "file instead of calling make_noisy_labels"
+            f"noise type {noise_type!r} has no synthetic generator: its labels are read (from "
+            "a label file, or shipped with the dataset), not generated"
         )
     c = _check_num_classes(num_classes)
     rate = _check_rate(rate)
@@ -167,7 +198,7 @@ def make_noisy_labels(
         if features is None:
             raise ValueError("instance-dependent noise needs the training features")
         return instance_dependent_noise(features, clean, c, rate, generator), None
-    T = build_transition(noise_type, c, rate, seed=seed, dataset=dataset)
+    T = build_transition(noise_type, c, rate, seed=seed, flips=flips)
     assert T is not None
     if noise_type == "none":
         return clean.clone(), T
