@@ -1,4 +1,4 @@
-"""The shared base of data modules whose images are files on disk (e.g. Clothing1M).
+"""The shared base of data modules whose images are files on disk (Clothing1M, image folders).
 
 Workers decode the files (:mod:`noisylabels.data.files`); on the device only the flip and the
 normalization run. Unreadable images are skipped and counted, with a warning at the end of every
