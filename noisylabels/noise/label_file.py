@@ -1,13 +1,18 @@
 """Reading noisy training labels from a file, safely and with messages that name the file.
 
-Supported: ``.pt``/``.pth`` (a tensor, or a dict of tensors such as a run's ``noise.pt``),
-``.npy`` and text ``.csv``/``.txt`` (one label per line, or several separated by commas or
-whitespace). Nothing in a label file is ever executed: ``.pt`` files load with
-``torch.load(weights_only=True)`` and ``.npy`` files with ``allow_pickle=False``.
+Supported: ``.pt``/``.pth`` (a tensor, or a dict of tensors or numpy arrays such as CIFAR-10N's
+``CIFAR-10_human.pt`` with ``aggre_label``, ``worse_label``, ``random_label1..3`` or CIFAR-100N's
+``CIFAR-100_human.pt`` with ``noisy_label``; Wei et al. 2022, "Learning with Noisy Labels
+Revisited: A Study Using Real-World Human Annotations"), ``.npy`` and text ``.csv``/``.txt`` (one
+label per line, or several separated by commas or whitespace). Nothing in a label file is ever
+executed: ``.pt`` files load with ``torch.load(weights_only=True)`` (plus exactly the numpy
+array and numeric dtype reconstructors that a dict of numpy arrays needs) and ``.npy`` files with
+``allow_pickle=False``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 from pathlib import Path
 from typing import Any
@@ -27,16 +32,34 @@ DEFAULT_LABEL_KEY = "noisy_labels"
 _KEY_OPTION = "--data.noise_file_key"
 
 
-def _load_pt(path: Path) -> Any:
+def _numpy_safe_globals() -> list[Any]:
+    """What unpickling plain numeric numpy arrays needs: the ndarray reconstructor (under its
+    numpy 1 and numpy 2 module names), ``ndarray``, ``dtype`` and the numeric dtype classes.
+    None of them runs code; object and string dtypes stay refused."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _reconstruct
+    allowed: list[Any] = [np.ndarray, np.dtype, _reconstruct]
+    for name in ("numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct"):
+        allowed.append((_reconstruct, name))
+    allowed += [type(np.dtype(code)) for code in "?bBhHiIlLqQefd"]
+    return allowed
+
+
+def _load_pt(path: Path) -> Any:
+    scope = getattr(torch.serialization, "safe_globals", None)
+    context = scope(_numpy_safe_globals()) if scope else contextlib.nullcontext()
+    try:
+        with context:
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         reason = str(err).strip().splitlines()
         detail = next((line for line in reversed(reason) if "GLOBAL" in line or "got" in line), "")
         raise InputError(
             f"{path} is not a plain label file: it holds Python objects that loading would have "
-            "to execute, so it is refused. Save the labels as an integer tensor, a dict of "
-            f"integer tensors, .npy or .csv. {detail}"
+            "to execute (or arrays of objects or strings), so it is refused. Save the labels as "
+            f"an integer tensor, a dict of integer tensors or arrays, .npy or .csv. {detail}"
         ) from None
     except (RuntimeError, EOFError, OSError) as err:
         raise InputError(f"{path} cannot be read as a torch file: {err}") from None
@@ -108,16 +131,37 @@ def _as_labels(path: Path, obj: Any) -> Tensor:
     return obj.long()
 
 
+def _check_order(path: Path, obj: Any, clean: Tensor | None) -> None:
+    """A CIFAR-N style file also ships the clean labels (``clean_label``): they must be the
+    training set's, or the file's labels are not in training-set order."""
+    if clean is None or not isinstance(obj, dict) or "clean_label" not in obj:
+        return
+    shipped = _as_labels(path, obj["clean_label"])
+    known = clean >= 0
+    if len(shipped) != len(clean):
+        return  # the length check of the selected labels reports this
+    differ = int((shipped[known] != clean[known]).sum())
+    if differ:
+        raise InputError(
+            f"{path}: its clean_label entry disagrees with the training set's labels at "
+            f"{differ} of {int(known.sum())} positions, so its labels are not in this training "
+            "set's order (or belong to another dataset); use the file made for this dataset"
+        )
+
+
 def read_label_file(
     path: str | Path,
     num_samples: int,
     num_classes: int,
     key: str | None = None,
+    clean: Tensor | None = None,
 ) -> Tensor:
     """Read ``num_samples`` integer labels in ``[0, num_classes - 1]`` from ``path``.
 
     ``key`` selects an entry of a dict-valued ``.pt`` file (default ``noisy_labels``, what a
-    run's ``noise.pt`` holds). The labels must be in training-set order. Raises
+    run's ``noise.pt`` holds). The labels must be in training-set order; where the file also
+    holds the clean labels (CIFAR-N's ``clean_label``) and ``clean`` is given, the two must
+    agree. Raises
     :class:`~noisylabels.errors.MissingFileError` for a missing file and
     :class:`~noisylabels.errors.InputError`, naming the file, for: an unknown suffix, a missing
     key (listing the keys present), content that would need code to load, non-numeric or
@@ -129,7 +173,9 @@ def read_label_file(
         raise MissingFileError(f"noise file {path} does not exist; check --data.noise_file")
     suffix = path.suffix.lower()
     if suffix in (".pt", ".pth"):
-        labels = _as_labels(path, _pick_key(path, _load_pt(path), key))
+        obj = _load_pt(path)
+        labels = _as_labels(path, _pick_key(path, obj, key))
+        _check_order(path, obj, clean)
     elif suffix == ".npy":
         try:
             array = np.load(path, allow_pickle=False)

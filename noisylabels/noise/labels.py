@@ -202,7 +202,7 @@ class FileLabels(LabelSource):
         self.key = key
 
     def _make(self, clean: Tensor, num_classes: int) -> Tensor:
-        return read_label_file(self.path, len(clean), num_classes, self.key)
+        return read_label_file(self.path, len(clean), num_classes, self.key, clean=clean)
 
     def noise_info(self) -> dict[str, Any]:
         """``type: file``, the ``file`` and ``key``, no nominal rate, and the rate measured
