@@ -19,7 +19,13 @@ from noisylabels.data import (
 )
 from noisylabels.data.cifar import CIFAR100_COARSE
 from noisylabels.data.transforms import BatchTransform
-from noisylabels.noise import check_transition, make_noisy_labels, semantic_transition
+from noisylabels.noise import (
+    check_transition,
+    instance_dependent_noise,
+    instance_flip_probabilities,
+    make_noisy_labels,
+    semantic_transition,
+)
 
 from conftest import CONFIGS
 
@@ -120,6 +126,58 @@ def test_semantic_noise_gives_the_same_labels_as_before(module) -> None:
     noisy, T = make_noisy_labels(clean, "semantic", 0.3, c, seed=5, flips=module.semantic_flips)
     assert hashlib.sha256(noisy.numpy().tobytes()).hexdigest() == SEMANTIC_LABELS[module]
     assert torch.equal(T, semantic_transition(module.semantic_flips, c, 0.3))
+
+
+def test_instance_noise_is_instance_dependent_at_the_pixel_scale() -> None:
+    """PTD's generator (Xia et al. 2020) on raw 0-255 pixels: softmax(x W[y]) is nearly one-hot,
+    so each sample has its own flip target; the class-level flips are far from uniform."""
+    rate, seed = 0.3, 1
+    dm = DigitsDataModule(noise_type="instance", noise_rate=rate, noise_seed=seed)
+    dm.setup("fit")
+    clean = dm.clean_labels
+    features = dm.noise_features(dm.data.train_images)
+    assert features.dtype == torch.uint8 and int(features.max()) > 200  # raw pixel scale
+    again = instance_dependent_noise(features, clean, 10, rate, torch.Generator().manual_seed(seed))
+    assert torch.equal(dm.noisy_labels, again)  # the data module feeds the raw pixels
+    probs = instance_flip_probabilities(
+        features, clean, 10, rate, torch.Generator().manual_seed(seed)
+    )
+    assert torch.allclose(probs.sum(dim=1), torch.ones(len(clean), dtype=probs.dtype))
+    flip = probs.clone()
+    flip[torch.arange(len(clean)), clean] = 0
+    flip = flip / flip.sum(dim=1, keepdim=True)  # where a sample flips to, given it flips
+    assert flip.max(dim=1).values.mean() > 0.9  # (0.3 with unit-length features)
+    target = flip.argmax(dim=1)
+    distinct = [len(target[clean == k].unique()) for k in range(10)]
+    assert sum(d >= 2 for d in distinct) >= 8  # same class, different flip targets
+    assert abs(dm.noise_rate_actual - rate) < 0.05
+    assert dm.transition is None
+    T = dm.noise_state()["empirical_transition"]
+    check_transition(T, 10)
+    off = T.clone().fill_diagonal_(0)
+    share = off.max(dim=1).values / off.sum(dim=1)  # largest flip target's share of a row
+    assert share.mean() > 0.4  # uniform flips over 9 classes would give about 0.2
+
+
+def test_noise_recorder_saves_the_measured_T_where_there_is_no_true_T(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from noisylabels.callbacks import NoiseRecorder
+    from noisylabels.noise import load_transition
+
+    for noise_type, name in (("instance", "empirical_transition.csv"), ("pair", "transition.csv")):
+        dm = DigitsDataModule(noise_type=noise_type, noise_rate=0.3)
+        dm.setup("fit")
+        out = tmp_path / noise_type
+        trainer = SimpleNamespace(
+            datamodule=dm, is_global_zero=True, loggers=[], default_root_dir=str(out)
+        )
+        NoiseRecorder().setup(trainer, None, "fit")
+        assert sorted(p.name for p in out.iterdir()) == sorted([name, "noise.pt"])
+        expected = dm.noise_state()[
+            "empirical_transition" if noise_type == "instance" else "transition"
+        ]
+        assert torch.allclose(load_transition(out / name, 10), expected)
 
 
 def test_mnist_reads_torchvision_layout(mnist_dir: Path) -> None:

@@ -20,6 +20,7 @@ from noisylabels.noise import (
     estimation_error,
     from_column_stochastic,
     instance_dependent_noise,
+    instance_flip_probabilities,
     load_transition,
     make_noisy_labels,
     noise_rate,
@@ -272,6 +273,30 @@ def test_make_noisy_labels_none_and_file() -> None:
     assert "bogus" not in NOISE_TYPES
 
 
+def test_instance_probabilities_follow_the_ptd_recipe() -> None:
+    """Rows are q_i·softmax(x W[y]) with a_y = -inf and 1 - q_i at y, from raw features."""
+    c, n = 4, 6
+    x = torch.randint(0, 256, (n, 5), generator=_gen(0), dtype=torch.uint8)
+    y = torch.tensor([0, 1, 2, 3, 0, 1])
+    probs = instance_flip_probabilities(x, y, c, 0.3, _gen(9))
+    gen = _gen(9)  # the same draws, in the documented order: q, then W
+    # q ~ Normal(0.3, 0.1) truncated to [0, 1] = [mean - 3 std, mean + 7 std], inverse CDF
+    cdf = torch.special.ndtr(torch.tensor([-3.0, 7.0], dtype=torch.float64))
+    u = torch.rand(n, generator=gen, dtype=torch.float64)
+    q = (0.3 + 0.1 * torch.special.ndtri(cdf[0] + u * (cdf[1] - cdf[0]))).clamp(0, 1)
+    W = torch.randn(c, 5, c, generator=gen).double()
+    for i in range(n):
+        logits = x[i].double() @ W[y[i]]
+        logits[y[i]] = float("-inf")
+        row = q[i] * torch.softmax(logits, 0)
+        row[y[i]] += 1 - q[i]
+        torch.testing.assert_close(probs[i], row)
+    # an all-zero image has a = 0: its flips are uniform over the other classes
+    flat = instance_flip_probabilities(torch.zeros(1, 5), torch.tensor([2]), c, 0.3, _gen(1))
+    others = flat[0, [0, 1, 3]]
+    torch.testing.assert_close(others, others.mean().expand(3))
+
+
 def test_empirical_transition() -> None:
     clean = torch.tensor([0, 0, 0, 0, 1, 1, -1])
     noisy = torch.tensor([0, 1, 1, 2, 1, 1, 0])
@@ -290,7 +315,7 @@ def test_noise_rate() -> None:
 @pytest.mark.parametrize("rate", [0.2, 0.4])
 def test_instance_dependent_noise(rate: float) -> None:
     c, n = 10, 20_000
-    features = torch.randn(n, 3, 8, 8, generator=_gen(0))
+    features = torch.randint(0, 256, (n, 3, 8, 8), generator=_gen(0), dtype=torch.uint8)
     clean = torch.randint(0, c, (n,), generator=_gen(1))
     noisy, T = make_noisy_labels(clean, "instance", rate, c, seed=3, features=features)
     assert T is None

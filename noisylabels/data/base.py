@@ -171,7 +171,7 @@ class NoisyDataModule(L.LightningDataModule):
 
     def noise_features(self, images: Any) -> Tensor:
         """One feature row per training image for instance-dependent noise (PTD, Xia et al.
-        2020): the pixel values (uint8) flattened."""
+        2020): the raw pixel values (uint8, 0-255) flattened, without rescaling."""
         return torch.as_tensor(images).reshape(len(images), -1)
 
     def make_label_source(self, data: LoadedData) -> LabelSource:

@@ -9,6 +9,7 @@ from .corrupt import (
     corrupt_labels,
     empirical_transition,
     instance_dependent_noise,
+    instance_flip_probabilities,
     make_noisy_labels,
     noise_rate,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "corrupt_labels",
     "noise_rate",
     "empirical_transition",
+    "instance_flip_probabilities",
     "instance_dependent_noise",
     "make_noisy_labels",
     "read_label_file",

@@ -24,11 +24,12 @@ __all__ = [
     "corrupt_labels",
     "noise_rate",
     "empirical_transition",
+    "instance_flip_probabilities",
     "instance_dependent_noise",
     "make_noisy_labels",
 ]
 
-_CHUNK = 65536  # samples per chunk for the instance-dependent noise
+_CHUNK_ELEMENTS = 1 << 24  # feature values per chunk of the instance-dependent noise (float64)
 
 
 def _check_labels(labels: Tensor, num_classes: int) -> Tensor:
@@ -109,6 +110,55 @@ def empirical_transition(clean: Tensor, noisy: Tensor, num_classes: int) -> Tens
     return T.float()
 
 
+def instance_flip_probabilities(
+    features: Tensor,
+    labels: Tensor,
+    num_classes: int,
+    rate: float,
+    generator: torch.Generator,
+) -> Tensor:
+    """Per-sample label distributions of PTD's instance-dependent noise (Xia et al. 2020,
+    "Part-dependent label noise: towards instance-dependent label noise", NeurIPS).
+
+    Row ``i`` of the result is ``P(noisy = j | x_i, clean = y_i)`` (row convention, rows sum
+    to 1), built as in PTD's generator:
+
+    1. flip rate ``q_i ~ TruncNormal(rate, 0.1)`` on [0, 1];
+    2. ``W ~ N(0, 1)`` of shape C x d x C (drawn once);
+    3. ``a = x_i @ W[y_i]`` with ``x_i`` the flattened features at their **raw scale** (pixel
+       values 0-255: no division by 255, no unit-length scaling) and ``a[y_i] = -inf``;
+    4. ``q_i * softmax(a)`` with ``1 - q_i`` added at ``y_i``.
+
+    At the pixel scale ``softmax(a)`` is nearly one-hot, so each sample has its own flip target:
+    the noise depends on the instance, not only on its class. Draw order from ``generator``:
+    q (N values), then W. Logits are computed in float64, per class and in chunks of samples
+    (``features`` may stay uint8; it is converted chunk by chunk).
+    """
+    c = _check_num_classes(num_classes)
+    rate = _check_rate(rate)
+    labels = _check_labels(labels, c).cpu()
+    features = torch.as_tensor(features).detach().cpu()
+    n = labels.numel()
+    if features.shape[0] != n:
+        raise ValueError(f"features have {features.shape[0]} rows but there are {n} labels")
+    x = features.reshape(n, -1)
+    q = _truncated_normal(n, rate, 0.1, 0.0, 1.0, generator)
+    W = torch.randn(c, x.shape[1], c, generator=generator)
+    logits = torch.empty(n, c, dtype=torch.float64)
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, x.shape[1]))
+    for k in torch.unique(labels).tolist():  # loop over classes (and chunks), not samples
+        rows = torch.nonzero(labels == k).flatten()
+        w = W[k].double()
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            logits[part] = x[part].double() @ w
+    rows = torch.arange(n)
+    logits[rows, labels] = float("-inf")
+    probs = torch.softmax(logits, dim=1) * q[:, None]
+    probs[rows, labels] += 1.0 - q
+    return probs
+
+
 def instance_dependent_noise(
     features: Tensor,
     labels: Tensor,
@@ -118,50 +168,15 @@ def instance_dependent_noise(
 ) -> Tensor:
     """Instance-dependent noise of the PTD paper (Xia et al. 2020, "Part-dependent label noise").
 
-    No class-level T exists; per sample the flip distribution is (in row convention,
-    ``P(noisy=j | x_i, clean=y_i)``):
-
-    1. flip rate ``q_i ~ TruncNormal(rate, 0.1)`` on [0, 1];
-    2. ``W ~ N(0, 1)`` of shape C x d x C (drawn once);
-    3. ``a = x_i @ W[y_i]`` with ``x_i`` the flattened features scaled to unit L2 norm, and
-       ``a[y_i] = -inf``;
-    4. probabilities ``q_i * softmax(a)`` with ``1 - q_i`` added at ``y_i``; one draw per sample.
-
-    Draw order from ``generator``: q (N values), W, then the labels. Vectorised per class and in
-    chunks of samples. Returns a long tensor of noisy labels on the device of ``labels``.
+    No class-level T exists: sample ``i``'s noisy label is one draw from row ``i`` of
+    :func:`instance_flip_probabilities` (raw-scale features, see there), with ``generator``
+    continuing after q and W. Returns a long tensor of noisy labels on the device of ``labels``.
     """
-    c = _check_num_classes(num_classes)
-    rate = _check_rate(rate)
     device = torch.as_tensor(labels).device
-    labels = _check_labels(labels, c).cpu()
-    features = torch.as_tensor(features).detach().cpu()
-    n = labels.numel()
-    if features.shape[0] != n:
-        raise ValueError(f"features have {features.shape[0]} rows but there are {n} labels")
-    if n == 0:
-        return labels.clone().to(device)
-    x = features.reshape(n, -1).float()
-    x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    d = x.shape[1]
-
-    q = _truncated_normal(n, rate, 0.1, 0.0, 1.0, generator).float()
-    W = torch.randn(c, d, c, generator=generator)
-
-    noisy = torch.empty(n, dtype=torch.long)
-    for start in range(0, n, _CHUNK):
-        stop = min(start + _CHUNK, n)
-        xb, yb = x[start:stop], labels[start:stop]
-        logits = torch.empty(stop - start, c)
-        for k in torch.unique(yb).tolist():  # loop over classes, not samples
-            mask = yb == k
-            logits[mask] = xb[mask] @ W[k]
-        rows = torch.arange(stop - start)
-        logits[rows, yb] = float("-inf")
-        probs = torch.softmax(logits, dim=1) * q[start:stop, None]
-        probs[rows, yb] += 1.0 - q[start:stop]
-        noisy[start:stop] = torch.multinomial(
-            probs, 1, replacement=True, generator=generator
-        ).squeeze(1)
+    probs = instance_flip_probabilities(features, labels, num_classes, rate, generator)
+    if len(probs) == 0:
+        return torch.zeros(0, dtype=torch.long, device=device)
+    noisy = torch.multinomial(probs, 1, replacement=True, generator=generator).squeeze(1)
     return noisy.to(device)
 
 
