@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import pickle
 from pathlib import Path
 
 import lightning as L
@@ -19,6 +20,7 @@ from noisylabels.data import (
 )
 from noisylabels.data.cifar import CIFAR100_COARSE
 from noisylabels.data.transforms import BatchTransform
+from noisylabels.errors import InputError
 from noisylabels.noise import (
     check_transition,
     instance_dependent_noise,
@@ -27,7 +29,7 @@ from noisylabels.noise import (
     semantic_transition,
 )
 
-from conftest import CONFIGS
+from conftest import CONFIGS, make_cifar, make_mnist
 
 
 def test_digits_split_batches_and_noise() -> None:
@@ -195,6 +197,47 @@ def test_missing_mnist_says_what_to_put_where(tmp_path: Path) -> None:
     msg = str(err.value)
     assert "train-images-idx3-ubyte" in msg and "MNIST/raw" in msg
     assert "--data.download true" in msg
+
+
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        (lambda b: b[: len(b) // 2], r"truncated or corrupt: its header announces 320 x 28 x 28"),
+        (lambda b: b[:10], r"has 10 bytes, fewer than an MNIST images header needs"),
+        (lambda b: b"\x1f\x8b" + b[2:], r"not an MNIST images file .*gzip"),
+    ],
+    ids=["truncated", "header", "gzip"],
+)
+def test_damaged_mnist_file_is_named(tmp_path: Path, damage, match: str) -> None:
+    root = make_mnist(tmp_path)
+    path = root / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(InputError, match=match) as err:
+        MNISTDataModule(data_dir=str(root)).setup("fit")
+    assert str(path) in str(err.value) and "--data.download true" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (None, r"data_batch_3 is truncated or not a CIFAR batch"),
+        (b"this is not a pickle", r"data_batch_3 is truncated or not a CIFAR batch"),
+        ({"labels": [1]}, r"data_batch_3 is not a CIFAR batch: expected a dict with 'data'"),
+        ({"data": [1, 2, 3], "labels": [1]}, r"3 pixel values for 1 labels"),
+    ],
+    ids=["truncated", "garbage", "keys", "size"],
+)
+def test_damaged_cifar_batch_is_named(tmp_path: Path, content, match: str) -> None:
+    root = make_cifar(tmp_path)
+    path = root / "cifar-10-batches-py" / "data_batch_3"
+    if content is None:
+        path.write_bytes(path.read_bytes()[:1000])
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_bytes(pickle.dumps(content))
+    with pytest.raises(InputError, match=match):
+        CIFAR10DataModule(data_dir=str(root)).setup("fit")
 
 
 def test_cifar_reads_pickles(cifar10_dir: Path, cifar100_dir: Path) -> None:

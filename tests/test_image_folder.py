@@ -115,3 +115,95 @@ def test_cli_fit_on_an_image_folder(folder: Path, run_cli, tmp_path: Path) -> No
     assert results["dataset"] == "image_folder"
     assert results["noise"]["type"] == "symmetric" and results["noise"]["rate_nominal"] == 0.4
     assert results["test_acc"] is not None
+
+
+# --- unreadable images ------------------------------------------------------------------------
+
+
+def _break(*paths: Path) -> None:
+    for path in paths:
+        path.write_bytes(b"\xff\xd8\xff\xe0 not really an image")
+
+
+def _fit(run_cli, root: Path, *extra: str) -> None:
+    run_cli(
+        "fit",
+        "--config",
+        str(CONFIGS / "quickstart.yaml"),
+        "--data",
+        "noisylabels.data.ImageFolderDataModule",
+        "--data.data_dir",
+        str(root),
+        "--data.image_size",
+        "16",
+        "--data.resize_size",
+        "16",
+        "--data.num_workers",
+        "0",
+        *extra,
+    )
+
+
+def test_unreadable_images_are_counted_per_split(tmp_path: Path) -> None:
+    root = make_image_folder(tmp_path, {"train": 10, "test": 4})
+    _break(root / "train/cat/000.jpg", root / "train/emu/004.jpg", root / "test/dog/002.jpg")
+    dm = _module(root, noise_type="none", batch_size=4, eval_batch_size=4)
+    keys = [k.decode() for k in dm.data.train_images]
+    bad = torch.tensor([keys.index("train/cat/000.jpg"), keys.index("train/emu/004.jpg")])
+    with pytest.warns(UserWarning, match="skipping unreadable or corrupt image"):
+        for loader in (dm.train_dataloader(), dm.val_dataloader(), dm.test_dataloader()):
+            assert all(len(batch["index"]) > 0 for batch in loader)
+    in_val = torch.isin(bad, dm.val_indices)
+    info = dm.data_info()
+    assert info["skipped_images"] == {
+        "train": int((~in_val).sum()),
+        "val": int(in_val.sum()),
+        "test": 1,
+    }
+    assert info["sizes"] == {"train": 27, "val": 3, "test": 12}
+    assert dm.report_skipped("epoch 0") == 3 and dm.report_skipped("epoch 1") == 0
+
+
+def test_an_evaluation_batch_of_unreadable_images_is_dropped(tmp_path: Path) -> None:
+    root = make_image_folder(tmp_path, {"train": 2, "test": 2})
+    _break(*sorted((root / "test" / "cat").iterdir()))  # the first batch of two
+    dm = _module(root, eval_batch_size=2)
+    with pytest.warns(UserWarning, match="skipping unreadable"):
+        batches = list(dm.test_dataloader())
+    assert [len(b["index"]) for b in batches] == [2, 2]
+    assert torch.cat([b["label"] for b in batches]).tolist() == [1, 1, 2, 2]
+
+
+def test_a_tree_without_one_readable_image_says_so(tmp_path: Path, run_cli) -> None:
+    root = make_image_folder(tmp_path / "imgs", {"train": 10, "test": 2})
+    _break(*(p for p in root.rglob("*") if p.is_file()))
+    dm = _module(root)
+    decoded = r"none of \d+ images tried under .* could be decoded; check that --data.data_dir"
+    with pytest.warns(UserWarning), pytest.raises(InputError, match=decoded):
+        next(iter(dm.val_dataloader()))
+    with pytest.warns(UserWarning), pytest.raises(InputError, match=decoded):
+        next(iter(dm.train_dataloader()))
+    # a run stops with that message (validation's sanity check reads images first)
+    with pytest.warns(UserWarning), pytest.raises(InputError, match=decoded):
+        _fit(run_cli, root, "--trainer.max_epochs", "1")
+
+
+def test_a_test_with_too_many_unreadable_images_is_refused(tmp_path: Path, run_cli) -> None:
+    root = make_image_folder(tmp_path / "imgs", {"train": 6, "test": 4})
+    _break(root / "test/dog/002.jpg")  # 1 of 12 test images: 8.33 %
+    refused = str(tmp_path / "refused")
+    with pytest.warns(UserWarning), pytest.raises(InputError) as err:
+        _fit(run_cli, root, "--trainer.fast_dev_run", "1", "--trainer.default_root_dir", refused)
+    message = str(err.value)
+    assert "1 of the 12 image_folder test images (8.33%) could not be read" in message
+    assert "--data.max_skipped_fraction 0.01" in message
+    with pytest.warns(UserWarning) as record:
+        _fit(run_cli, root, "--trainer.fast_dev_run", "1", "--data.max_skipped_fraction", "0.1")
+    loud = [str(w.message) for w in record if "could not be read" in str(w.message)]
+    assert loud == [
+        "1 of the 12 image_folder test images (8.33%) could not be read and were left out of "
+        "the test accuracy"
+    ]
+    results = read_results(tmp_path)
+    assert results["data"]["skipped_images"] == {"train": 0, "val": 0, "test": 1}
+    assert results["test_acc"] is not None

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from noisylabels.data.base import LoadedData, NoisyDataModule
 from noisylabels.data.memory import missing_files_message
-from noisylabels.errors import MissingFileError
+from noisylabels.errors import InputError, MissingFileError
 from noisylabels.noise import superclass_flips
 
 CIFAR10_FLIPS: dict[int, int] = {9: 1, 2: 0, 4: 7, 3: 5, 5: 3}
@@ -35,16 +35,46 @@ CIFAR100_COARSE: tuple[int, ...] = (
     18, 1, 2, 15, 6, 0, 17, 8, 14, 13,
 )  # fmt: skip
 
+_PIXELS = 3 * 32 * 32
 
-def read_cifar_batches(files: list[Path], label_key: str) -> tuple[Tensor, Tensor]:
-    """Read CIFAR python pickles (``data``: N x 3072 uint8, labels under ``label_key``)."""
-    images, labels = [], []
-    for path in files:
+
+def _read_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
+    fix = "Delete the folder and download CIFAR again (--data.download true)."
+    try:
         with open(path, "rb") as fh:
             entry = pickle.load(fh, encoding="latin1")
-        images.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        labels.append(np.asarray(entry[label_key], dtype=np.int64))
-    return torch.from_numpy(np.concatenate(images)), torch.from_numpy(np.concatenate(labels))
+    except Exception as err:  # truncated or not a pickle: any unpickling error means the same
+        raise InputError(
+            f"{path} is truncated or not a CIFAR batch file ({type(err).__name__}: {err}). {fix}"
+        ) from None
+    if not isinstance(entry, dict) or "data" not in entry or label_key not in entry:
+        keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+        raise InputError(
+            f"{path} is not a CIFAR batch: expected a dict with 'data' and {label_key!r}, "
+            f"found {keys}. {fix}"
+        )
+    data = np.asarray(entry["data"], dtype=np.uint8)
+    labels = np.asarray(entry[label_key], dtype=np.int64)
+    if data.size != len(labels) * _PIXELS:
+        raise InputError(
+            f"{path} holds {data.size} pixel values for {len(labels)} labels; a CIFAR batch "
+            f"has {_PIXELS} per image. {fix}"
+        )
+    return data.reshape(-1, 3, 32, 32), labels
+
+
+def read_cifar_batches(files: list[Path], label_key: str) -> tuple[Tensor, Tensor]:
+    """Read CIFAR python batches (``data``: N x 3072 uint8, labels under ``label_key``).
+
+    The batches are Python pickles by format (torchvision reads them the same way), and
+    unpickling can run code: use the files of the official archive
+    (``cifar-10-python.tar.gz`` / ``cifar-100-python.tar.gz``), nothing else. A truncated file
+    or one that is not a CIFAR batch raises :class:`~noisylabels.errors.InputError` naming it.
+    """
+    parts = [_read_batch(path, label_key) for path in files]
+    images = np.concatenate([p[0] for p in parts])
+    labels = np.concatenate([p[1] for p in parts])
+    return torch.from_numpy(images), torch.from_numpy(labels)
 
 
 class CIFAR10DataModule(NoisyDataModule):

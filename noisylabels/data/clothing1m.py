@@ -146,6 +146,7 @@ class Clothing1MDataModule(ImageFileDataModule):
         augment: random crop + horizontal flip while training (default on).
         image_size: crop size fed to the network (default 224).
         resize_size: the shorter image side is resized to this before cropping (default 256).
+        max_skipped_fraction: largest fraction of unreadable test images a test accepts.
     """
 
     name: ClassVar[str] = "clothing1m"
@@ -166,6 +167,7 @@ class Clothing1MDataModule(ImageFileDataModule):
         augment: bool | None = None,
         image_size: int = 224,
         resize_size: int = 256,
+        max_skipped_fraction: float = 0.01,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise InputError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -182,6 +184,7 @@ class Clothing1MDataModule(ImageFileDataModule):
             image_size=image_size,
             resize_size=resize_size,
             samples_per_class=samples_per_class,
+            max_skipped_fraction=max_skipped_fraction,
         )
         self.protocol = protocol
         self.class_names: list[str] = []

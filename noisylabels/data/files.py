@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from noisylabels.errors import InputError
 
@@ -127,6 +128,13 @@ class SkippedImages:
         new, self.reported = self.total - self.reported, self.total
         return new
 
+    def sync(self, all_reduce_sum: Callable[[Tensor], Tensor]) -> None:
+        """Merge the masks of all processes (each marks only what its shard read):
+        ``all_reduce_sum`` sums an int tensor over processes; every process calls this."""
+        for name in sorted(self.masks):
+            mask = self.masks[name]
+            mask.copy_(all_reduce_sum(mask.to(torch.int32)).cpu() > 0)
+
 
 class ImageFileDataset(Dataset):
     """Images read from ``root / key`` on demand, served as batch dicts.
@@ -134,8 +142,10 @@ class ImageFileDataset(Dataset):
     ``__getitem__`` returns ``None`` for an unreadable or corrupt image (marked in ``skipped``,
     a mask over all ``keys`` shared with the workers, and warned about for the first few);
     ``__getitems__`` decodes a whole batch and drops those markers. A training batch in which
-    every image failed is refilled from random other images so it is never empty. Crops are
-    random where ``random_crop`` (default: ``train``), centered otherwise.
+    every image failed is refilled from random other images so it is never empty; an evaluation
+    batch stays empty (:class:`NonEmptyBatches` drops it). Where no image can be decoded at all,
+    :class:`~noisylabels.errors.InputError` says so. Crops are random where ``random_crop``
+    (default: ``train``), centered otherwise.
     """
 
     def __init__(
@@ -197,11 +207,12 @@ class ImageFileDataset(Dataset):
 
     def __getitems__(self, positions: list[int]) -> dict[str, Tensor]:
         items = [self[p] for p in positions]
-        if self.train and items and all(item is None for item in items):
-            for _ in range(_MAX_RETRIES):
+        if items and all(item is None for item in items):
+            for _ in range(_MAX_RETRIES):  # is anything decodable at all?
                 item = self[int(torch.randint(len(self), ()))]
                 if item is not None:
-                    items.append(item)
+                    if self.train:  # never an empty training batch
+                        items.append(item)
                     break
             else:
                 raise InputError(
@@ -210,3 +221,13 @@ class ImageFileDataset(Dataset):
                     "dataset with readable image files"
                 )
         return collate_images(items, self.image_size)
+
+
+class NonEmptyBatches(DataLoader):
+    """A DataLoader that drops batches left empty because every image in them was unreadable
+    (evaluation batches are not refilled: that would count other samples twice)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in super().__iter__():
+            if not isinstance(batch, dict) or len(batch.get("index", (0,))) > 0:
+                yield batch

@@ -59,6 +59,7 @@ class ImageFolderDataModule(ImageFileDataModule):
         image_size: int = 224,
         resize_size: int = 256,
         samples_per_class: int | None = None,
+        max_skipped_fraction: float = 0.01,
     ) -> None:
         super().__init__(
             data_dir=data_dir,
@@ -75,6 +76,7 @@ class ImageFolderDataModule(ImageFileDataModule):
             image_size=image_size,
             resize_size=resize_size,
             samples_per_class=samples_per_class,
+            max_skipped_fraction=max_skipped_fraction,
         )
         self.use_val_folder = use_val_folder
         self.class_names = self._find_classes()
