@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torchvision.io import encode_jpeg
 
-from noisylabels.data.clothing1m import ANNOTATION_FILES, Clothing1MDataModule, default_num_workers
+from noisylabels.data.clothing1m import ANNOTATION_FILES, Clothing1MDataModule
+from noisylabels.data.files import default_num_workers
 
 _TEXTURE = torch.randn(3, 1024, 1024, generator=torch.Generator().manual_seed(0)) * 12
 

@@ -56,6 +56,7 @@ def build_results(
         "backbone": hp.get("backbone"),
         "dataset": getattr(datamodule, "name", type(datamodule).__name__),
         "noise": datamodule.noise_info() if hasattr(datamodule, "noise_info") else None,
+        "data": datamodule.data_info() if hasattr(datamodule, "data_info") else None,
         "seed": seed,
         "epochs": trainer.current_epoch,
         "best_epoch": epoch,

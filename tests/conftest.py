@@ -152,6 +152,39 @@ def read_results(root: Path) -> dict[str, Any]:
     return json.loads(found[0].read_text())
 
 
+CLASSES = ("emu", "cat", "dog")  # written unsorted: class k is the k-th *sorted* name
+SORTED = sorted(CLASSES)
+
+
+def write_image(path: Path, label: int, seed: int, png: bool, gray: bool = False) -> None:
+    """A small image whose colour depends on the class, as JPEG or PNG."""
+    import torch
+    from torchvision.io import encode_jpeg, encode_png, write_file
+
+    gen = torch.Generator().manual_seed(seed)
+    h, w = 18 + seed % 5, 22 - seed % 3
+    image = torch.randint(0, 40, (1 if gray else 3, h, w), generator=gen, dtype=torch.uint8)
+    image[label % image.shape[0]] += 60 * label
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_file(str(path), encode_png(image) if png else encode_jpeg(image, quality=90))
+
+
+def make_image_folder(
+    root: Path, per_class: dict[str, int], classes: tuple[str, ...] = CLASSES
+) -> Path:
+    """Write ``root/<split>/<class>/NNN.jpg|png`` with ``per_class[split]`` images per class
+    (every other image a PNG, one grayscale PNG per folder); return ``root``."""
+    for split, n in per_class.items():
+        for name in classes:
+            label = SORTED.index(name) if name in SORTED else 0
+            for i in range(n):
+                png = i % 2 == 1
+                suffix = ".png" if png else ".jpg"
+                path = root / split / name / f"{i:03d}{suffix}"
+                write_image(path, label, seed=i + 100 * label, png=png, gray=png and i == 1)
+    return root
+
+
 def real_mnist_dir() -> Path | None:
     """Folder holding real MNIST (``MNIST/raw``), from ``NOISYLABELS_DATA_DIR``; else None."""
     value = os.environ.get("NOISYLABELS_DATA_DIR")

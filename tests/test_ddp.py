@@ -31,12 +31,12 @@ import yaml
 from torch import nn
 from torch.utils.data import DistributedSampler
 
-from noisylabels.data import MNISTDataModule
-from noisylabels.data.distributed import ShardSampler, usable_length
+from noisylabels.data import ImageFolderDataModule, MNISTDataModule
+from noisylabels.data.samplers import ShardSampler, usable_length
 from noisylabels.methods import Forward, vrnl_objective
 from noisylabels.noise import symmetric_transition
 
-from conftest import CONFIGS, REPO, make_mnist, read_results
+from conftest import CONFIGS, REPO, make_image_folder, make_mnist, read_results
 
 WORLD = 2
 ALPHA = 0.3
@@ -167,7 +167,26 @@ def _check_data(rank: int, data_dir: str) -> dict[str, Any]:
     }
 
 
-def _worker(rank: int, port: int, out_dir: str, data_dir: str) -> None:
+def _check_skips(rank: int, image_dir: str) -> dict[str, Any]:
+    """Each rank reads its shard of a test set with unreadable images; merging the masks gives
+    every rank the global count."""
+    dm = ImageFolderDataModule(
+        data_dir=image_dir, num_workers=0, eval_batch_size=2, image_size=8, resize_size=8
+    )
+    dm.setup("test")
+    dm.trainer = SimpleNamespace(distributed_sampler_kwargs={"num_replicas": WORLD, "rank": rank})
+    seen = [i for b in dm.test_dataloader() for i in b["index"].tolist()]
+    local = dm.data_info()["skipped_images"]["test"]
+
+    def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(t)
+        return t
+
+    dm.skipped.sync(all_reduce_sum)
+    return {"seen": seen, "local": local, "merged": dm.data_info()["skipped_images"]["test"]}
+
+
+def _worker(rank: int, port: int, out_dir: str, data_dir: str, image_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo",
@@ -183,6 +202,7 @@ def _worker(rank: int, port: int, out_dir: str, data_dir: str) -> None:
                 "objective": _check_objective(rank),
                 "steps": _check_steps(rank),
                 "data": _check_data(rank, data_dir),
+                "skips": _check_skips(rank, image_dir),
             }
         torch.save(results, Path(out_dir) / f"rank{rank}.pt")
     finally:
@@ -201,11 +221,26 @@ def odd_mnist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_mnist(tmp_path_factory.mktemp("mnist_odd"), n_train=321, n_test=65)
 
 
+BAD_TEST_IMAGES = ("test/cat/000.jpg", "test/cat/002.jpg", "test/emu/003.png")
+
+
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory: pytest.TempPathFactory, odd_mnist: Path) -> list[dict[str, Any]]:
+def bad_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An image folder with 3 unreadable test images of 12."""
+    root = make_image_folder(tmp_path_factory.mktemp("imgs"), {"train": 2, "test": 4})
+    for key in BAD_TEST_IMAGES:
+        (root / key).write_bytes(b"not an image")
+    return root
+
+
+@pytest.fixture(scope="module")
+def ranks(
+    tmp_path_factory: pytest.TempPathFactory, odd_mnist: Path, bad_images: Path
+) -> list[dict[str, Any]]:
     """Run every rank's checks once, in 2 spawned processes, and return what each computed."""
     out = tmp_path_factory.mktemp("ddp_ranks")
-    mp.spawn(_worker, args=(_free_port(), str(out), str(odd_mnist)), nprocs=WORLD, join=True)
+    args = (_free_port(), str(out), str(odd_mnist), str(bad_images))
+    mp.spawn(_worker, args=args, nprocs=WORLD, join=True)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
@@ -291,6 +326,17 @@ def test_evaluation_shards_and_method_loaders(ranks) -> None:
     assert test == list(range(65))
     for d in data:  # a method's own pass over the training split sees all of it, in order
         assert [i for b in d["train_eval"] for i in b] == data[0]["train_indices"].tolist()
+
+
+def test_skipped_images_are_counted_over_all_ranks(ranks) -> None:
+    """Each rank marks the unreadable images of its own shard; after the merge (what the
+    skipped-image callback does at each epoch end) every rank reports all of them."""
+    skips = [r["skips"] for r in ranks]
+    seen = sorted(i for s in skips for i in s["seen"])
+    assert len(seen) == len(set(seen)) == 12 - len(BAD_TEST_IMAGES)  # shards, bad ones left out
+    assert sum(s["local"] for s in skips) == len(BAD_TEST_IMAGES)
+    assert all(0 < s["local"] < len(BAD_TEST_IMAGES) for s in skips)  # split over the ranks
+    assert [s["merged"] for s in skips] == [len(BAD_TEST_IMAGES)] * WORLD
 
 
 def test_shard_sampler_global_batches_and_remainder() -> None:

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from noisylabels.noise import (
-    CIFAR100_COARSE,
     NOISE_TYPES,
     anchor_transition,
     asymmetric_transition,
@@ -17,15 +16,18 @@ from noisylabels.noise import (
     corrupt_labels,
     dual_t_correction,
     dual_t_transition,
+    empirical_transition,
     estimation_error,
     from_column_stochastic,
     instance_dependent_noise,
+    instance_flip_probabilities,
     load_transition,
     make_noisy_labels,
     noise_rate,
     pair_transition,
     save_transition,
     semantic_transition,
+    superclass_flips,
     symmetric_transition,
     to_column_stochastic,
 )
@@ -42,8 +44,11 @@ def _empirical_T(clean: torch.Tensor, noisy: torch.Tensor, c: int) -> torch.Tens
     return counts / counts.sum(dim=1, keepdim=True)
 
 
-def _dataset_for(c: int) -> str:
-    return "cifar100" if c == 100 else "cifar10"
+DIGITS = {2: 7, 3: 8, 5: 6, 6: 5, 7: 1}  # the flips a digits data module declares
+
+
+def _flips_for(c: int) -> dict[int, int]:
+    return superclass_flips([k // 5 for k in range(c)]) if c == 100 else DIGITS
 
 
 # --- transition matrices -------------------------------------------------------------------
@@ -53,7 +58,7 @@ def _dataset_for(c: int) -> str:
 @pytest.mark.parametrize("c", [10, 100])
 @pytest.mark.parametrize("rate", [0.0, 0.2, 0.45])
 def test_build_transition_row_stochastic(noise_type: str, c: int, rate: float) -> None:
-    T = build_transition(noise_type, c, rate, seed=3, dataset=_dataset_for(c))
+    T = build_transition(noise_type, c, rate, seed=3, flips=_flips_for(c))
     assert T is not None and T.shape == (c, c)
     check_transition(T, c)
     assert torch.allclose(T.sum(dim=1), torch.ones(c), atol=1e-5)
@@ -68,9 +73,10 @@ def test_small_class_counts(c: int) -> None:
         check_transition(build_transition(noise_type, c, 0.3, seed=1), c)
 
 
-def test_instance_and_file_have_no_T() -> None:
+def test_instance_file_and_real_have_no_T() -> None:
     assert build_transition("instance", 10, 0.2) is None
     assert build_transition("file", 10, 0.2) is None
+    assert build_transition("real", 10, 0.2) is None
     assert torch.equal(build_transition("none", 4, 0.3), torch.eye(4))
 
 
@@ -94,11 +100,13 @@ def test_validation_errors() -> None:
             build_transition("symmetric", 10, bad)
     with pytest.raises(ValueError, match="symmetric"):
         build_transition("gaussian", 10, 0.2)
-    with pytest.raises(ValueError, match="cifar100"):
-        semantic_transition("imagenet", 10, 0.2)
-    with pytest.raises(ValueError, match="num_classes"):
-        semantic_transition("cifar10", 100, 0.2)
-    with pytest.raises(ValueError, match="dataset"):
+    with pytest.raises(ValueError, match="non-empty flip map"):
+        semantic_transition({}, 10, 0.2)
+    with pytest.raises(ValueError, match=r"12 -> 1 .*\[0, 9\]"):
+        semantic_transition({12: 1}, 10, 0.2)
+    with pytest.raises(ValueError, match="different classes"):
+        semantic_transition({3: 3}, 10, 0.2)
+    with pytest.raises(ValueError, match="flip map"):
         build_transition("semantic", 10, 0.2)
     with pytest.raises(ValueError, match="num_classes"):
         symmetric_transition(1, 0.2)
@@ -119,39 +127,24 @@ def test_asymmetric_seeded() -> None:
 
 
 def test_semantic_pairs() -> None:
-    T = semantic_transition("mnist", 10, 0.3)
-    for src, dst in [(2, 7), (3, 8), (5, 6), (6, 5), (7, 1)]:
+    T = semantic_transition(DIGITS, 10, 0.3)
+    for src, dst in DIGITS.items():
         assert T[src, src] == pytest.approx(0.7) and T[src, dst] == pytest.approx(0.3)
     for k in (0, 1, 4, 8, 9):
         assert T[k, k] == 1.0
-    assert torch.equal(semantic_transition("digits", 10, 0.3), T)
-    T = semantic_transition("CIFAR10", 10, 0.4)
-    for src, dst in [(9, 1), (2, 0), (4, 7), (3, 5), (5, 3)]:
-        assert T[src, dst] == pytest.approx(0.4)
-    for k in (0, 1, 6, 7, 8):
-        assert T[k, k] == 1.0
+    check_transition(T, 10)
 
 
-def test_cifar100_coarse() -> None:
-    assert len(CIFAR100_COARSE) == 100
-    counts = np.bincount(np.asarray(CIFAR100_COARSE), minlength=20)
-    assert counts.tolist() == [5] * 20
-    assert CIFAR100_COARSE[:5] == (4, 1, 14, 8, 0)
-
-
-def test_semantic_cifar100_within_superclass() -> None:
-    T = semantic_transition("cifar100", 100, 0.3)
-    coarse = torch.tensor(CIFAR100_COARSE)
-    off = T.clone()
-    off.fill_diagonal_(0)
-    src, dst = torch.nonzero(off, as_tuple=True)
-    assert src.tolist() == list(range(100))  # every class flips to exactly one other class
-    assert sorted(dst.tolist()) == list(range(100))  # a permutation: cycles within super-classes
-    assert torch.equal(coarse[src], coarse[dst])
-    clean = torch.arange(100).repeat(200)
-    noisy, _ = make_noisy_labels(clean, "semantic", 0.3, 100, seed=0, dataset="cifar100")
-    assert torch.equal(coarse[clean], coarse[noisy])
-    assert (clean != noisy).any()
+def test_superclass_flips_cycle_within_each_superclass() -> None:
+    coarse = [2, 0, 2, 1, 0, 2, 1, 3]  # class 7 is alone in super-class 3: it never flips
+    flips = superclass_flips(coarse)
+    assert flips == {0: 2, 2: 5, 5: 0, 1: 4, 4: 1, 3: 6, 6: 3}
+    T = semantic_transition(flips, 8, 0.3)
+    assert T[7, 7] == 1.0
+    clean = torch.arange(8).repeat(200)
+    noisy, _ = make_noisy_labels(clean, "semantic", 0.3, 8, seed=0, flips=flips)
+    group = torch.tensor(coarse)
+    assert torch.equal(group[clean], group[noisy]) and (clean != noisy).any()
 
 
 # --- check_transition and converters -------------------------------------------------------
@@ -227,19 +220,19 @@ N_EMPIRICAL = 500_000
 
 
 @pytest.mark.parametrize(
-    ("noise_type", "rate", "dataset", "flip_fraction"),
+    ("noise_type", "rate", "flips", "flip_fraction"),
     [
         ("symmetric", 0.4, None, 1.0),
         ("pair", 0.45, None, 1.0),
         ("asymmetric", 0.3, None, 1.0),
-        ("semantic", 0.3, "mnist", 0.5),  # 5 of 10 MNIST classes have a partner
-        ("semantic", 0.4, "cifar10", 0.5),
+        ("semantic", 0.3, DIGITS, 0.5),  # 5 of 10 digit classes have a partner
+        ("semantic", 0.4, {9: 1, 2: 0, 4: 7, 3: 5, 5: 3}, 0.5),
     ],
 )
-def test_corruption_reproduces_T(noise_type, rate, dataset, flip_fraction) -> None:
+def test_corruption_reproduces_T(noise_type, rate, flips, flip_fraction) -> None:
     c = 10
     clean = torch.arange(N_EMPIRICAL) % c
-    noisy, T = make_noisy_labels(clean, noise_type, rate, c, seed=11, dataset=dataset)
+    noisy, T = make_noisy_labels(clean, noise_type, rate, c, seed=11, flips=flips)
     assert noisy.dtype == torch.long and noisy.shape == clean.shape
     assert (torch.abs(_empirical_T(clean, noisy, c) - T.double()) < 0.01).all()
     assert noise_rate(clean, noisy) == pytest.approx(rate * flip_fraction, abs=0.005)
@@ -268,8 +261,9 @@ def test_make_noisy_labels_none_and_file() -> None:
     noisy, T = make_noisy_labels(clean, "none", 0.0, 5, seed=0)
     assert torch.equal(noisy, clean) and noisy is not clean
     assert torch.equal(T, torch.eye(5))
-    with pytest.raises(ValueError, match="file"):
-        make_noisy_labels(clean, "file", 0.2, 5, seed=0)
+    for read in ("file", "real"):
+        with pytest.raises(ValueError, match="read"):
+            make_noisy_labels(clean, read, 0.2, 5, seed=0)
     with pytest.raises(ValueError, match="features"):
         make_noisy_labels(clean, "instance", 0.2, 5, seed=0)
     with pytest.raises(ValueError, match=r"\[0, 5\)"):
@@ -277,6 +271,38 @@ def test_make_noisy_labels_none_and_file() -> None:
     with pytest.raises(ValueError):
         make_noisy_labels(clean, "bogus", 0.2, 5, seed=0)
     assert "bogus" not in NOISE_TYPES
+
+
+def test_instance_probabilities_follow_the_ptd_recipe() -> None:
+    """Rows are q_i·softmax(x W[y]) with a_y = -inf and 1 - q_i at y, from raw features."""
+    c, n = 4, 6
+    x = torch.randint(0, 256, (n, 5), generator=_gen(0), dtype=torch.uint8)
+    y = torch.tensor([0, 1, 2, 3, 0, 1])
+    probs = instance_flip_probabilities(x, y, c, 0.3, _gen(9))
+    gen = _gen(9)  # the same draws, in the documented order: q, then W
+    # q ~ Normal(0.3, 0.1) truncated to [0, 1] = [mean - 3 std, mean + 7 std], inverse CDF
+    cdf = torch.special.ndtr(torch.tensor([-3.0, 7.0], dtype=torch.float64))
+    u = torch.rand(n, generator=gen, dtype=torch.float64)
+    q = (0.3 + 0.1 * torch.special.ndtri(cdf[0] + u * (cdf[1] - cdf[0]))).clamp(0, 1)
+    W = torch.randn(c, 5, c, generator=gen).double()
+    for i in range(n):
+        logits = x[i].double() @ W[y[i]]
+        logits[y[i]] = float("-inf")
+        row = q[i] * torch.softmax(logits, 0)
+        row[y[i]] += 1 - q[i]
+        torch.testing.assert_close(probs[i], row)
+    # an all-zero image has a = 0: its flips are uniform over the other classes
+    flat = instance_flip_probabilities(torch.zeros(1, 5), torch.tensor([2]), c, 0.3, _gen(1))
+    others = flat[0, [0, 1, 3]]
+    torch.testing.assert_close(others, others.mean().expand(3))
+
+
+def test_empirical_transition() -> None:
+    clean = torch.tensor([0, 0, 0, 0, 1, 1, -1])
+    noisy = torch.tensor([0, 1, 1, 2, 1, 1, 0])
+    T = empirical_transition(clean, noisy, 3)
+    expected = torch.tensor([[0.25, 0.5, 0.25], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    assert torch.allclose(T, expected)  # unknown clean label left out; empty class: identity
 
 
 def test_noise_rate() -> None:
@@ -289,7 +315,7 @@ def test_noise_rate() -> None:
 @pytest.mark.parametrize("rate", [0.2, 0.4])
 def test_instance_dependent_noise(rate: float) -> None:
     c, n = 10, 20_000
-    features = torch.randn(n, 3, 8, 8, generator=_gen(0))
+    features = torch.randint(0, 256, (n, 3, 8, 8), generator=_gen(0), dtype=torch.uint8)
     clean = torch.randint(0, c, (n,), generator=_gen(1))
     noisy, T = make_noisy_labels(clean, "instance", rate, c, seed=3, features=features)
     assert T is None

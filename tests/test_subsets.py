@@ -339,6 +339,8 @@ def test_every_n_epochs_steps(tmp_path: Path) -> None:
 class PartlyCleanDigits(DigitsDataModule):
     """Digits with 'real' noisy labels whose clean label is known for every third sample."""
 
+    ships_noisy_labels = True
+
     def load(self) -> LoadedData:
         data = super().load()
         clean = data.train_clean.clone()
@@ -352,7 +354,7 @@ class PartlyCleanDigits(DigitsDataModule):
 
 
 def test_real_noise_uses_known_clean_labels(tmp_path: Path, caplog) -> None:
-    dm = PartlyCleanDigits(batch_size=128)
+    dm = PartlyCleanDigits(batch_size=128, noise_type="real")
     model = CE(backbone="mlp", input_shape=(1, 8, 8), backbone_kwargs={"hidden": [16]})
     cb = SubsetStatistics()
     trainer = L.Trainer(

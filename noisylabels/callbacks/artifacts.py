@@ -30,7 +30,9 @@ class NoiseRecorder(L.Callback):
 
     ``noise.pt`` re-creates the run's labels with ``--data.noise_type file --data.noise_file
     RUN/noise.pt``; ``transition.csv`` is the true T (row-stochastic,
-    ``T[i, j] = P(noisy = j | clean = i)``) where the noise has one.
+    ``T[i, j] = P(noisy = j | clean = i)``) where the noise has one, and
+    ``empirical_transition.csv`` the measured one where it has none (instance-dependent, file
+    and real noise).
     """
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -45,3 +47,5 @@ class NoiseRecorder(L.Callback):
         torch.save(state, out / "noise.pt")
         if state.get("transition") is not None:
             save_transition(state["transition"], out / "transition.csv")
+        elif state.get("empirical_transition") is not None:
+            save_transition(state["empirical_transition"], out / "empirical_transition.csv")

@@ -1,18 +1,17 @@
 """The data module every dataset shares: clean data in, noisy labels, split and loaders out.
 
-Noise is generated once, over the full training set, from the *noise seed* (never the training
-seed), then 10 % of the noisy training set is held out as noisy validation data, seeded by the
-noise seed too. Every batch is a dict ``{"image", "label", "clean_label", "index"}`` where
-``label`` is the (noisy) training label; ``clean_label`` is ``-1`` where the clean label is
-unknown (real-world noise). Transition matrices are row-stochastic:
-``T[i, j] = P(noisy = j | clean = i)``.
+The noisy training labels come from one label source (:mod:`noisylabels.noise.labels`):
+synthetic noise generated once, over the full training set, from the *noise seed* (never the
+training seed), a label file, or the noisy labels a dataset ships with. Then 10 % of the noisy
+training set is held out as noisy validation data, seeded by the noise seed too. Every batch is
+a dict ``{"image", "label", "clean_label", "index"}`` where ``label`` is the (noisy) label and
+``clean_label`` is ``-1`` where the clean label is unknown (real-world noise). Transition
+matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +22,17 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from noisylabels.data.distributed import ShardSampler
+from noisylabels.data.memory import TensorDictDataset, collate_batch
+from noisylabels.data.samplers import shard_sampler
 from noisylabels.data.transforms import BatchTransform
-from noisylabels.noise import NOISE_TYPES, make_noisy_labels, noise_rate
+from noisylabels.errors import InputError
+from noisylabels.noise import (
+    FileLabels,
+    LabelSource,
+    ShippedLabels,
+    SyntheticNoise,
+    check_noise_options,
+)
 
 UNKNOWN_LABEL = -1
 
@@ -35,10 +42,10 @@ class LoadedData:
     """What a dataset subclass hands to the base module.
 
     ``train_images``/``test_images`` are whatever the subclass's datasets index (uint8 NCHW
-    tensors for in-memory data). ``train_noisy`` holds real noisy labels where the dataset ships
-    them (then ``train_clean`` may hold ``-1`` for unknown clean labels). ``val_images`` /
-    ``val_labels`` give a separate clean validation set; then the whole training set is trained on
-    and no noisy validation split is held out.
+    tensors for in-memory data). ``train_noisy`` holds the real noisy labels of a dataset that
+    ships them (read by the ``real`` label source; ``train_clean`` may then hold ``-1`` for
+    unknown clean labels). ``val_images`` / ``val_labels`` give a separate clean validation set;
+    then the whole training set is trained on and no noisy validation split is held out.
     """
 
     train_images: Any
@@ -51,54 +58,19 @@ class LoadedData:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class TensorDictDataset(Dataset):
-    """In-memory samples fetched a whole batch at a time through ``__getitems__``."""
-
-    def __init__(self, images: Tensor, labels: Tensor, clean_labels: Tensor, indices: Tensor):
-        self.images = images
-        self.labels = labels
-        self.clean_labels = clean_labels
-        self.indices = indices
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitems__(self, positions: list[int]) -> dict[str, Tensor]:
-        idx = self.indices[torch.as_tensor(positions, dtype=torch.long)]
-        return {
-            "image": self.images[idx],
-            "label": self.labels[idx],
-            "clean_label": self.clean_labels[idx],
-            "index": idx,
-        }
-
-    def __getitem__(self, position: int) -> dict[str, Tensor]:
-        i = int(self.indices[position])
-        return {
-            "image": self.images[i],
-            "label": self.labels[i],
-            "clean_label": self.clean_labels[i],
-            "index": torch.tensor(i),
-        }
-
-
-def collate_batch(batch: Any) -> dict[str, Tensor]:
-    """Collate for loaders: batches from ``__getitems__`` are already stacked."""
-    if isinstance(batch, dict):
-        return batch
-    return torch.utils.data.default_collate(batch)
-
-
 class NoisyDataModule(L.LightningDataModule):
-    """Base data module: loads clean data, corrupts the training labels, splits, serves batches.
+    """Base data module: loads clean data, takes noisy labels from its label source, splits,
+    serves batches.
 
     Args:
         data_dir: folder holding the dataset in its standard layout.
         batch_size: training batch size (per process under DDP).
         eval_batch_size: batch size for validation/test/prediction (default: ``batch_size``).
         num_workers: DataLoader worker processes (in-memory datasets are fastest with 0).
-        noise_type: one of ``none, symmetric, pair, asymmetric, semantic, instance, file``.
-        noise_rate: nominal noise rate ε in [0, 1) (pair noise: < 0.5).
+        noise_type: ``none, symmetric, pair, asymmetric, semantic, instance`` (synthetic),
+            ``file`` (labels read from ``noise_file``) or ``real`` (the noisy labels a dataset
+            ships with, e.g. Clothing1M).
+        noise_rate: nominal noise rate ε in [0, 1) of synthetic noise (pair noise: < 0.5).
         noise_seed: seed of the label corruption and of the train/val split; independent of the
             training seed, so ``--seed_everything`` never changes the noisy labels.
         noise_file: labels file for ``noise_type: file`` (``.pt`` tensor or dict, ``.npy``,
@@ -108,6 +80,10 @@ class NoisyDataModule(L.LightningDataModule):
         val_fraction: fraction of the noisy training set held out as (noisy) validation data.
         augment: train-time augmentation; default: the dataset's standard one.
         download: fetch the dataset with torchvision's downloader where there is network.
+
+    Subclasses declare their facts as class attributes (``name``, ``num_classes``,
+    ``input_shape``, ``mean``/``std``, ``semantic_flips`` for semantic noise,
+    ``ships_noisy_labels`` for real noise) and implement :meth:`load`.
     """
 
     name: ClassVar[str] = "base"
@@ -116,6 +92,11 @@ class NoisyDataModule(L.LightningDataModule):
     mean: ClassVar[tuple[float, ...]] = (0.5,)
     std: ClassVar[tuple[float, ...]] = (0.5,)
     default_augment: ClassVar[bool] = False
+    semantic_flips: ClassVar[dict[int, int] | None] = None
+    """Semantic noise: ``{clean class: noisy class}`` (Patrini et al. 2017); ``None`` refuses it."""
+    ships_noisy_labels: ClassVar[bool] = False
+    """Whether :meth:`load` returns real noisy labels (``LoadedData.train_noisy``)."""
+    loader_class: ClassVar[type[DataLoader]] = DataLoader
 
     def __init__(
         self,
@@ -133,21 +114,18 @@ class NoisyDataModule(L.LightningDataModule):
         download: bool = False,
     ) -> None:
         super().__init__()
-        if noise_type not in NOISE_TYPES:
-            raise ValueError(f"unknown noise_type {noise_type!r}; choose one of {NOISE_TYPES}")
-        if not 0.0 <= noise_rate < 1.0:
-            raise ValueError(f"noise_rate must be in [0, 1), got {noise_rate}")
-        if noise_type == "pair" and noise_rate >= 0.5:
-            raise ValueError(
-                f"pair noise needs noise_rate < 0.5 so the clean class stays the majority; "
-                f"got {noise_rate}"
-            )
-        if noise_type == "file" and not noise_file:
-            raise ValueError("noise_type 'file' needs --data.noise_file PATH")
+        check_noise_options(
+            noise_type,
+            noise_rate,
+            noise_file,
+            flips=self.semantic_flips,
+            ships_labels=self.ships_noisy_labels,
+            dataset=type(self).__name__,
+        )
         if not 0.0 <= val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+            raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
         if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+            raise InputError(f"batch_size must be positive, got {batch_size}")
         self.save_hyperparameters()
         self.data_dir = Path(data_dir).expanduser()
         self.batch_size = batch_size
@@ -163,6 +141,7 @@ class NoisyDataModule(L.LightningDataModule):
         self.download = download
         self.transform = BatchTransform(self.mean, self.std, augment=self.augment)
         self.data: LoadedData | None = None
+        self.label_source: LabelSource | None = None
         self.transition: Tensor | None = None
         self.noisy_labels: Tensor | None = None
         self.train_indices: Tensor | None = None
@@ -170,7 +149,7 @@ class NoisyDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------ subclass hooks
     def load(self) -> LoadedData:
-        """Read the clean dataset (raise FileNotFoundError that spells out the layout)."""
+        """Read the clean dataset (raise ``MissingFileError`` that spells out the layout)."""
         raise NotImplementedError
 
     def fetch(self) -> None:
@@ -178,9 +157,10 @@ class NoisyDataModule(L.LightningDataModule):
         raise NotImplementedError(f"{type(self).__name__} cannot be downloaded automatically")
 
     def make_dataset(
-        self, images: Any, labels: Tensor, clean_labels: Tensor, indices: Tensor, train: bool
+        self, images: Any, labels: Tensor, clean_labels: Tensor, indices: Tensor, split: str
     ) -> Dataset:
-        """Dataset over ``indices`` of ``images``; in-memory tensors by default."""
+        """Dataset over ``indices`` of ``images`` for ``split`` (``train``, ``train_eval``,
+        ``val`` or ``test``; only ``train`` is augmented); in-memory tensors by default."""
         return TensorDictDataset(images, labels, clean_labels, indices)
 
     def make_sampler(self, dataset: Dataset, shuffle: bool) -> Sampler | None:
@@ -188,6 +168,29 @@ class NoisyDataModule(L.LightningDataModule):
         says. A custom sampler should define ``set_epoch`` and ``__len__`` so Lightning can
         shard it under DDP."""
         return None
+
+    def noise_features(self, images: Any) -> Tensor:
+        """One feature row per training image for instance-dependent noise (PTD, Xia et al.
+        2020): the raw pixel values (uint8, 0-255) flattened, without rescaling."""
+        return torch.as_tensor(images).reshape(len(images), -1)
+
+    def make_label_source(self, data: LoadedData) -> LabelSource:
+        """The label source the options ask for: a label file, the dataset's own noisy labels
+        (``real``) or synthetic noise seeded by the noise seed."""
+        if self.noise_type == "file":
+            assert self.noise_file is not None
+            return FileLabels(self.noise_file, self.noise_file_key)
+        if self.noise_type == "real":
+            if data.train_noisy is None:
+                raise InputError(f"{type(self).__name__} loaded no noisy labels")
+            return ShippedLabels(data.train_noisy, dataset=type(self).__name__)
+        return SyntheticNoise(
+            self.noise_type,
+            self.noise_rate_nominal,
+            self.noise_seed,
+            flips=self.semantic_flips,
+            features=lambda: self.noise_features(data.train_images),
+        )
 
     # ------------------------------------------------------------------ Lightning hooks
     def prepare_data(self) -> None:
@@ -198,73 +201,17 @@ class NoisyDataModule(L.LightningDataModule):
         if self.data is not None:
             return
         data = self.load()
-        clean = data.train_clean.long()
-        if self.noise_type == "file":
-            noisy = self._read_noise_file(len(clean))
-            self.transition = None
-        elif data.train_noisy is not None:
-            noisy, self.transition = data.train_noisy.long(), None
-        else:
-            features = None
-            if self.noise_type == "instance":
-                features = data.train_images.reshape(len(clean), -1).float() / 255.0
-            noisy, self.transition = make_noisy_labels(
-                clean,
-                self.noise_type,
-                self.noise_rate_nominal,
-                self.num_classes,
-                seed=self.noise_seed,
-                dataset=self.name,
-                features=features,
-            )
-        self.noisy_labels = noisy
+        source = self.make_label_source(data)
+        self.noisy_labels = source.make_labels(data.train_clean.long(), self.num_classes)
+        self.transition = source.transition
+        self.label_source = source
         self.data = data
-        n = len(noisy)
+        n = len(self.noisy_labels)
         gen = torch.Generator().manual_seed(self.noise_seed + 1_000_003)
         perm = torch.randperm(n, generator=gen)
         n_val = 0 if data.val_labels is not None else int(math.floor(n * self.val_fraction))
         self.val_indices = perm[:n_val].sort().values
         self.train_indices = perm[n_val:].sort().values
-
-    def _read_noise_file(self, n: int) -> Tensor:
-        path = Path(self.noise_file).expanduser()
-        if not path.is_file():
-            raise FileNotFoundError(f"noise file {path} does not exist")
-        if path.suffix in (".pt", ".pth"):
-            # weights-only: a label file holds tensors and plain containers, never code to run
-            try:
-                obj = torch.load(path, map_location="cpu", weights_only=True)
-            except pickle.UnpicklingError as err:
-                raise ValueError(
-                    f"{path} is not a plain tensor file (it holds Python objects that loading "
-                    f"would have to execute); save the labels as a tensor, a dict of tensors, "
-                    f".npy or .csv. Loader said: {str(err).splitlines()[0]}"
-                ) from None
-            if isinstance(obj, dict):
-                key = self.noise_file_key or "noisy_labels"
-                if key not in obj:
-                    raise KeyError(
-                        f"{path} holds keys {sorted(obj)}; choose one with --data.noise_file_key"
-                    )
-                obj = obj[key]
-            labels = torch.as_tensor(obj)
-        elif path.suffix == ".npy":
-            import numpy as np
-
-            try:
-                array = np.load(path, allow_pickle=False)
-            except ValueError as err:  # object arrays need pickle, which could run code
-                raise ValueError(f"{path}: {err}; save the labels as an integer array") from None
-            labels = torch.from_numpy(array)
-        else:
-            text = path.read_text().replace(",", " ").split()
-            labels = torch.tensor([int(float(t)) for t in text])
-        labels = labels.long().flatten()
-        if len(labels) != n:
-            raise ValueError(f"{path} has {len(labels)} labels; the training set has {n}")
-        if labels.min() < 0 or labels.max() >= self.num_classes:
-            raise ValueError(f"{path}: labels must lie in [0, {self.num_classes - 1}]")
-        return labels
 
     # ------------------------------------------------------------------ facts about the noise
     @property
@@ -275,12 +222,7 @@ class NoisyDataModule(L.LightningDataModule):
     @property
     def noise_rate_actual(self) -> float | None:
         """Measured fraction of flipped training labels (``None`` if clean labels are unknown)."""
-        if self.data is None or self.noisy_labels is None:
-            return None
-        known = self.data.train_clean >= 0
-        if not bool(known.any()):
-            return None
-        return noise_rate(self.data.train_clean[known], self.noisy_labels[known])
+        return None if self.label_source is None else self.label_source.rate_actual
 
     @property
     def clean_validation(self) -> bool:
@@ -289,26 +231,42 @@ class NoisyDataModule(L.LightningDataModule):
         return self.data is not None and self.data.val_labels is not None
 
     def noise_info(self) -> dict[str, Any]:
-        """Summary of the noise for results and logs."""
-        return {
-            "type": self.noise_type,
-            "rate_nominal": self.noise_rate_nominal,
-            "rate_actual": self.noise_rate_actual,
-            "seed": self.noise_seed,
-            "file": self.noise_file,
-        }
+        """Summary of the noise for results and logs, from the label source (synthetic: type,
+        nominal and actual rate, seed; file: the file, key and measured rate; real: the rate
+        over the samples with a known clean label). ``seed`` is the noise seed, which also
+        seeds the train/val split."""
+        assert self.label_source is not None, "call setup() first"
+        info = self.label_source.noise_info()
+        info.setdefault("seed", self.noise_seed)
+        return info
 
     def noise_state(self) -> dict[str, Any]:
-        """Everything needed to re-create the noise exactly (saved as ``noise.pt``)."""
-        assert self.data is not None, "call setup() first"
+        """Everything needed to re-create the noise exactly (saved as ``noise.pt``), plus the
+        measured row-stochastic T (``empirical_transition``, ``T[i, j] = P(noisy=j | clean=i)``
+        over the samples with a known clean label)."""
+        assert self.data is not None and self.label_source is not None, "call setup() first"
         return {
             "dataset": self.name,
             "noisy_labels": self.noisy_labels,
             "clean_labels": self.data.train_clean,
             "transition": self.transition,
+            "empirical_transition": self.label_source.empirical_transition(),
             "train_indices": self.train_indices,
             "val_indices": self.val_indices,
             **self.noise_info(),
+        }
+
+    def data_info(self) -> dict[str, Any]:
+        """Facts about the data of the run for results: the size of each split."""
+        assert self.data is not None, "call setup() first"
+        assert self.train_indices is not None and self.val_indices is not None
+        val = self.data.val_labels
+        return {
+            "sizes": {
+                "train": len(self.train_indices),
+                "val": len(self.val_indices) if val is None else len(val),
+                "test": len(self.data.test_labels),
+            }
         }
 
     # ------------------------------------------------------------------ loaders
@@ -321,16 +279,9 @@ class NoisyDataModule(L.LightningDataModule):
         ``shard=False``."""
         sampler = self.make_sampler(dataset, shuffle)
         shards = getattr(self.trainer, "distributed_sampler_kwargs", None) if shard else None
-        if sampler is None and shards and shards.get("num_replicas", 1) > 1:
-            sampler = ShardSampler(
-                dataset,
-                shards["num_replicas"],
-                shards["rank"],
-                shuffle=shuffle,
-                seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),  # Lightning's sampler seed
-                batch_size=batch_size if shuffle else None,  # training: equal batch counts
-            )
-        return DataLoader(
+        if sampler is None:
+            sampler = shard_sampler(dataset, shards, shuffle, batch_size)
+        return self.loader_class(
             dataset,
             batch_size=batch_size,
             shuffle=shuffle and sampler is None,
@@ -341,39 +292,40 @@ class NoisyDataModule(L.LightningDataModule):
             pin_memory=self.num_workers > 0 and torch.cuda.is_available(),
         )
 
-    def _split_dataset(self, indices: Tensor, train: bool) -> Dataset:
+    def _split_dataset(self, indices: Tensor, split: str) -> Dataset:
         assert self.data is not None and self.noisy_labels is not None, "call setup() first"
         return self.make_dataset(
-            self.data.train_images, self.noisy_labels, self.data.train_clean, indices, train
+            self.data.train_images, self.noisy_labels, self.data.train_clean, indices, split
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self._split_dataset(self.train_indices, True), self.batch_size, True)
+        dataset = self._split_dataset(self.train_indices, "train")
+        return self._loader(dataset, self.batch_size, True)
+
+    def _clean_dataset(self, images: Any, labels: Tensor, split: str) -> Dataset:
+        labels = labels.long()
+        return self.make_dataset(images, labels, labels, torch.arange(len(labels)), split)
 
     def val_dataloader(self) -> DataLoader:
         assert self.data is not None, "call setup() first"
         if self.data.val_labels is not None:
-            labels = self.data.val_labels.long()
-            dataset = self.make_dataset(
-                self.data.val_images, labels, labels, torch.arange(len(labels)), False
-            )
-            return self._loader(dataset, self.eval_batch_size, False)
-        return self._loader(
-            self._split_dataset(self.val_indices, False), self.eval_batch_size, False
-        )
+            dataset = self._clean_dataset(self.data.val_images, self.data.val_labels, "val")
+        else:
+            dataset = self._split_dataset(self.val_indices, "val")
+        return self._loader(dataset, self.eval_batch_size, False)
 
     def test_dataloader(self) -> DataLoader:
         assert self.data is not None, "call setup() first"
-        labels = self.data.test_labels.long()
-        dataset = self.make_dataset(
-            self.data.test_images, labels, labels, torch.arange(len(labels)), False
-        )
+        dataset = self._clean_dataset(self.data.test_images, self.data.test_labels, "test")
         return self._loader(dataset, self.eval_batch_size, False)
 
     def train_eval_dataloader(self) -> DataLoader:
         """The training split in order, without augmentation (for T estimation and statistics)."""
         return self._loader(
-            self._split_dataset(self.train_indices, False), self.eval_batch_size, False, False
+            self._split_dataset(self.train_indices, "train_eval"),
+            self.eval_batch_size,
+            False,
+            False,
         )
 
     def train_eval_batches(

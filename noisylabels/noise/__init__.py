@@ -1,10 +1,18 @@
-"""Label-noise generation and transition-matrix estimation (pure torch, no Lightning).
+"""Label noise (pure torch, no Lightning): transition matrices, corruption, label files, label
+sources and transition-matrix estimation.
 
 Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``. The VRNL paper and
 cleanlab use the column-stochastic transpose; see ``to_column_stochastic``.
 """
 
-from .corrupt import corrupt_labels, instance_dependent_noise, make_noisy_labels, noise_rate
+from .corrupt import (
+    corrupt_labels,
+    empirical_transition,
+    instance_dependent_noise,
+    instance_flip_probabilities,
+    make_noisy_labels,
+    noise_rate,
+)
 from .estimate import (
     anchor_transition,
     bias_transition,
@@ -12,10 +20,17 @@ from .estimate import (
     dual_t_transition,
     estimation_error,
 )
+from .label_file import LABEL_FILE_SUFFIXES, read_label_file
+from .labels import (
+    SYNTHETIC_TYPES,
+    FileLabels,
+    LabelSource,
+    ShippedLabels,
+    SyntheticNoise,
+    check_noise_options,
+)
 from .transition import (
-    CIFAR100_COARSE,
     NOISE_TYPES,
-    SEMANTIC_DATASETS,
     asymmetric_transition,
     build_transition,
     check_transition,
@@ -24,18 +39,20 @@ from .transition import (
     pair_transition,
     save_transition,
     semantic_transition,
+    superclass_flips,
     symmetric_transition,
     to_column_stochastic,
 )
 
 __all__ = [
     "NOISE_TYPES",
-    "SEMANTIC_DATASETS",
-    "CIFAR100_COARSE",
+    "SYNTHETIC_TYPES",
+    "LABEL_FILE_SUFFIXES",
     "symmetric_transition",
     "pair_transition",
     "asymmetric_transition",
     "semantic_transition",
+    "superclass_flips",
     "build_transition",
     "check_transition",
     "to_column_stochastic",
@@ -44,8 +61,16 @@ __all__ = [
     "save_transition",
     "corrupt_labels",
     "noise_rate",
+    "empirical_transition",
+    "instance_flip_probabilities",
     "instance_dependent_noise",
     "make_noisy_labels",
+    "read_label_file",
+    "LabelSource",
+    "SyntheticNoise",
+    "FileLabels",
+    "ShippedLabels",
+    "check_noise_options",
     "anchor_transition",
     "dual_t_correction",
     "dual_t_transition",

@@ -7,6 +7,8 @@ independent of the training seed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
 
@@ -18,9 +20,16 @@ from .transition import (
     check_transition,
 )
 
-__all__ = ["corrupt_labels", "noise_rate", "instance_dependent_noise", "make_noisy_labels"]
+__all__ = [
+    "corrupt_labels",
+    "noise_rate",
+    "empirical_transition",
+    "instance_flip_probabilities",
+    "instance_dependent_noise",
+    "make_noisy_labels",
+]
 
-_CHUNK = 65536  # samples per chunk for the instance-dependent noise
+_CHUNK_ELEMENTS = 1 << 24  # feature values per chunk of the instance-dependent noise (float64)
 
 
 def _check_labels(labels: Tensor, num_classes: int) -> Tensor:
@@ -79,6 +88,77 @@ def _truncated_normal(
     return (mean + std * torch.special.ndtri(u)).clamp(low, high)
 
 
+def empirical_transition(clean: Tensor, noisy: Tensor, num_classes: int) -> Tensor:
+    """Measured class-level transition of a labelling: row-stochastic,
+    ``T[i, j] = #(clean = i, noisy = j) / #(clean = i)``.
+
+    Samples whose clean label is unknown (``-1``) are left out; a class without any sample keeps
+    the identity row. For instance-dependent, file and real noise this is the only T there is.
+    """
+    c = _check_num_classes(num_classes)
+    clean = torch.as_tensor(clean).long().cpu()
+    noisy = torch.as_tensor(noisy).long().cpu()
+    if clean.shape != noisy.shape:
+        raise ValueError(
+            f"shape mismatch: clean {tuple(clean.shape)} vs noisy {tuple(noisy.shape)}"
+        )
+    known = clean >= 0
+    counts = torch.bincount(clean[known] * c + noisy[known], minlength=c * c).view(c, c)
+    counts = counts.double()
+    totals = counts.sum(dim=1, keepdim=True)
+    T = torch.where(totals > 0, counts / totals.clamp_min(1), torch.eye(c, dtype=torch.float64))
+    return T.float()
+
+
+def instance_flip_probabilities(
+    features: Tensor,
+    labels: Tensor,
+    num_classes: int,
+    rate: float,
+    generator: torch.Generator,
+) -> Tensor:
+    """Per-sample label distributions of PTD's instance-dependent noise (Xia et al. 2020,
+    "Part-dependent label noise: towards instance-dependent label noise", NeurIPS).
+
+    Row ``i`` of the result is ``P(noisy = j | x_i, clean = y_i)`` (row convention, rows sum
+    to 1), built as in PTD's generator:
+
+    1. flip rate ``q_i ~ TruncNormal(rate, 0.1)`` on [0, 1];
+    2. ``W ~ N(0, 1)`` of shape C x d x C (drawn once);
+    3. ``a = x_i @ W[y_i]`` with ``x_i`` the flattened features at their **raw scale** (pixel
+       values 0-255: no division by 255, no unit-length scaling) and ``a[y_i] = -inf``;
+    4. ``q_i * softmax(a)`` with ``1 - q_i`` added at ``y_i``.
+
+    At the pixel scale ``softmax(a)`` is nearly one-hot, so each sample has its own flip target:
+    the noise depends on the instance, not only on its class. Draw order from ``generator``:
+    q (N values), then W. Logits are computed in float64, per class and in chunks of samples
+    (``features`` may stay uint8; it is converted chunk by chunk).
+    """
+    c = _check_num_classes(num_classes)
+    rate = _check_rate(rate)
+    labels = _check_labels(labels, c).cpu()
+    features = torch.as_tensor(features).detach().cpu()
+    n = labels.numel()
+    if features.shape[0] != n:
+        raise ValueError(f"features have {features.shape[0]} rows but there are {n} labels")
+    x = features.reshape(n, -1)
+    q = _truncated_normal(n, rate, 0.1, 0.0, 1.0, generator)
+    W = torch.randn(c, x.shape[1], c, generator=generator)
+    logits = torch.empty(n, c, dtype=torch.float64)
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, x.shape[1]))
+    for k in torch.unique(labels).tolist():  # loop over classes (and chunks), not samples
+        rows = torch.nonzero(labels == k).flatten()
+        w = W[k].double()
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            logits[part] = x[part].double() @ w
+    rows = torch.arange(n)
+    logits[rows, labels] = float("-inf")
+    probs = torch.softmax(logits, dim=1) * q[:, None]
+    probs[rows, labels] += 1.0 - q
+    return probs
+
+
 def instance_dependent_noise(
     features: Tensor,
     labels: Tensor,
@@ -88,50 +168,15 @@ def instance_dependent_noise(
 ) -> Tensor:
     """Instance-dependent noise of the PTD paper (Xia et al. 2020, "Part-dependent label noise").
 
-    No class-level T exists; per sample the flip distribution is (in row convention,
-    ``P(noisy=j | x_i, clean=y_i)``):
-
-    1. flip rate ``q_i ~ TruncNormal(rate, 0.1)`` on [0, 1];
-    2. ``W ~ N(0, 1)`` of shape C x d x C (drawn once);
-    3. ``a = x_i @ W[y_i]`` with ``x_i`` the flattened features scaled to unit L2 norm, and
-       ``a[y_i] = -inf``;
-    4. probabilities ``q_i * softmax(a)`` with ``1 - q_i`` added at ``y_i``; one draw per sample.
-
-    Draw order from ``generator``: q (N values), W, then the labels. Vectorised per class and in
-    chunks of samples. Returns a long tensor of noisy labels on the device of ``labels``.
+    No class-level T exists: sample ``i``'s noisy label is one draw from row ``i`` of
+    :func:`instance_flip_probabilities` (raw-scale features, see there), with ``generator``
+    continuing after q and W. Returns a long tensor of noisy labels on the device of ``labels``.
     """
-    c = _check_num_classes(num_classes)
-    rate = _check_rate(rate)
     device = torch.as_tensor(labels).device
-    labels = _check_labels(labels, c).cpu()
-    features = torch.as_tensor(features).detach().cpu()
-    n = labels.numel()
-    if features.shape[0] != n:
-        raise ValueError(f"features have {features.shape[0]} rows but there are {n} labels")
-    if n == 0:
-        return labels.clone().to(device)
-    x = features.reshape(n, -1).float()
-    x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    d = x.shape[1]
-
-    q = _truncated_normal(n, rate, 0.1, 0.0, 1.0, generator).float()
-    W = torch.randn(c, d, c, generator=generator)
-
-    noisy = torch.empty(n, dtype=torch.long)
-    for start in range(0, n, _CHUNK):
-        stop = min(start + _CHUNK, n)
-        xb, yb = x[start:stop], labels[start:stop]
-        logits = torch.empty(stop - start, c)
-        for k in torch.unique(yb).tolist():  # loop over classes, not samples
-            mask = yb == k
-            logits[mask] = xb[mask] @ W[k]
-        rows = torch.arange(stop - start)
-        logits[rows, yb] = float("-inf")
-        probs = torch.softmax(logits, dim=1) * q[start:stop, None]
-        probs[rows, yb] += 1.0 - q[start:stop]
-        noisy[start:stop] = torch.multinomial(
-            probs, 1, replacement=True, generator=generator
-        ).squeeze(1)
+    probs = instance_flip_probabilities(features, labels, num_classes, rate, generator)
+    if len(probs) == 0:
+        return torch.zeros(0, dtype=torch.long, device=device)
+    noisy = torch.multinomial(probs, 1, replacement=True, generator=generator).squeeze(1)
     return noisy.to(device)
 
 
@@ -141,23 +186,24 @@ def make_noisy_labels(
     rate: float,
     num_classes: int,
     seed: int,
-    dataset: str | None = None,
+    flips: Mapping[int, int] | None = None,
     features: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """Corrupt ``clean_labels`` with a synthetic noise type; the data module's single entry point.
+    """Corrupt ``clean_labels`` with a synthetic noise type.
 
     Returns ``(noisy_labels, T)`` where ``T`` is the row-stochastic class-level transition matrix
     (``T[i, j] = P(noisy=j | clean=i)``, see :func:`build_transition`) or ``None`` for
-    ``"instance"`` noise (Xia et al. 2020, needs ``features``). ``"none"`` returns a clone of the
-    clean labels with the identity T. ``"file"`` raises ``ValueError``: such labels are read from
-    a file, not generated. Randomness: ``torch.Generator().manual_seed(seed)`` (the noise seed).
+    ``"instance"`` noise (Xia et al. 2020, needs ``features``). ``"semantic"`` needs the
+    dataset's ``flips`` (``{clean class: noisy class}``). ``"none"`` returns a clone of the clean
+    labels with the identity T. ``"file"`` and ``"real"`` raise ``ValueError``: such labels are
+    read, not generated. Randomness: ``torch.Generator().manual_seed(seed)`` (the noise seed).
     """
     if noise_type not in NOISE_TYPES:
         raise ValueError(f"unknown noise type {noise_type!r}; expected one of {NOISE_TYPES}")
-    if noise_type == "file":
+    if noise_type in ("file", "real"):
         raise ValueError(
-            "noise type 'file' has no synthetic generator: load the noisy labels from the label "
-            "file instead of calling make_noisy_labels"
+            f"noise type {noise_type!r} has no synthetic generator: its labels are read (from "
+            "a label file, or shipped with the dataset), not generated"
         )
     c = _check_num_classes(num_classes)
     rate = _check_rate(rate)
@@ -167,7 +213,7 @@ def make_noisy_labels(
         if features is None:
             raise ValueError("instance-dependent noise needs the training features")
         return instance_dependent_noise(features, clean, c, rate, generator), None
-    T = build_transition(noise_type, c, rate, seed=seed, dataset=dataset)
+    T = build_transition(noise_type, c, rate, seed=seed, flips=flips)
     assert T is not None
     if noise_type == "none":
         return clean.clone(), T

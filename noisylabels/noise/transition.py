@@ -10,6 +10,7 @@ transposed, column-stochastic convention ``T_col[j, i] = P(noisy = j | clean = i
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +19,11 @@ from torch import Tensor
 
 __all__ = [
     "NOISE_TYPES",
-    "SEMANTIC_DATASETS",
-    "CIFAR100_COARSE",
     "symmetric_transition",
     "pair_transition",
     "asymmetric_transition",
     "semantic_transition",
+    "superclass_flips",
     "build_transition",
     "check_transition",
     "to_column_stochastic",
@@ -32,31 +32,9 @@ __all__ = [
     "save_transition",
 ]
 
-NOISE_TYPES = ("none", "symmetric", "pair", "asymmetric", "semantic", "instance", "file")
-"""Noise types known to :func:`build_transition` and ``make_noisy_labels``."""
-
-SEMANTIC_DATASETS = ("mnist", "digits", "cifar10", "cifar100")
-"""Dataset names accepted by :func:`semantic_transition`."""
-
-# Standard CIFAR-100 fine -> coarse (super-class) label mapping, fine classes in the dataset's
-# (alphabetical) order: 0 apple -> 4 fruit_and_vegetables, 1 aquarium_fish -> 1 fish, ...
-CIFAR100_COARSE: tuple[int, ...] = (
-    4, 1, 14, 8, 0, 6, 7, 7, 18, 3,
-    3, 14, 9, 18, 7, 11, 3, 9, 7, 11,
-    6, 11, 5, 10, 7, 6, 13, 15, 3, 15,
-    0, 11, 1, 10, 12, 14, 16, 9, 11, 5,
-    5, 19, 8, 8, 15, 13, 14, 17, 18, 10,
-    16, 4, 17, 4, 2, 0, 17, 4, 18, 17,
-    10, 3, 2, 12, 12, 16, 12, 1, 9, 19,
-    2, 10, 0, 1, 16, 12, 9, 13, 15, 13,
-    16, 19, 2, 4, 6, 19, 5, 5, 8, 19,
-    18, 1, 2, 15, 6, 0, 17, 8, 14, 13,
-)  # fmt: skip
-
-# Semantic flips (clean -> noisy) of Patrini et al. 2017.
-_MNIST_FLIPS = {2: 7, 3: 8, 5: 6, 6: 5, 7: 1}
-# CIFAR-10: truck -> automobile, bird -> airplane, deer -> horse, cat <-> dog.
-_CIFAR10_FLIPS = {9: 1, 2: 0, 4: 7, 3: 5, 5: 3}
+NOISE_TYPES = ("none", "symmetric", "pair", "asymmetric", "semantic", "instance", "file", "real")
+"""Noise types: the synthetic ones, ``file`` (labels read from a file) and ``real`` (noisy labels
+shipped with the dataset, e.g. Clothing1M). Only synthetic types are generated here."""
 
 
 def _check_num_classes(num_classes: int) -> int:
@@ -70,18 +48,6 @@ def _check_rate(rate: float) -> float:
     if not (0.0 <= rate < 1.0):  # also rejects NaN
         raise ValueError(f"noise rate must be in [0, 1), got {rate}")
     return rate
-
-
-def _cifar100_flips() -> dict[int, int]:
-    """Each fine class -> the next fine class (by index, cyclically) of its super-class."""
-    groups: dict[int, list[int]] = {}
-    for fine, coarse in enumerate(CIFAR100_COARSE):
-        groups.setdefault(coarse, []).append(fine)
-    flips: dict[int, int] = {}
-    for members in groups.values():
-        for k, fine in enumerate(members):
-            flips[fine] = members[(k + 1) % len(members)]
-    return flips
 
 
 def symmetric_transition(num_classes: int, rate: float) -> Tensor:
@@ -135,36 +101,44 @@ def asymmetric_transition(num_classes: int, rate: float, generator: torch.Genera
     return T.float()
 
 
-def semantic_transition(dataset: str, num_classes: int, rate: float) -> Tensor:
+def superclass_flips(coarse: Sequence[int]) -> dict[int, int]:
+    """Semantic flips inside super-classes, from a fine -> coarse label table.
+
+    ``coarse[i]`` is the super-class of fine class ``i``; each fine class flips to the next fine
+    class (by index, cyclically) of its super-class. This is the CIFAR-100 semantic noise of
+    Patrini et al. 2017 (its table lives with the CIFAR data module).
+    """
+    groups: dict[int, list[int]] = {}
+    for fine, group in enumerate(coarse):
+        groups.setdefault(int(group), []).append(fine)
+    flips: dict[int, int] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        for k, fine in enumerate(members):
+            flips[fine] = members[(k + 1) % len(members)]
+    return flips
+
+
+def semantic_transition(flips: Mapping[int, int], num_classes: int, rate: float) -> Tensor:
     """Semantic class-pair flips (Patrini et al. 2017, their "asymmetric" noise).
 
-    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``) where each class ``i`` that
-    has a partner ``j`` flips to it with probability ``rate`` (``T[i, i] = 1 - rate``,
-    ``T[i, j] = rate``) and every other class keeps ``T[i, i] = 1``:
-
-    - ``mnist`` / ``digits``: 2->7, 3->8, 5<->6, 7->1;
-    - ``cifar10``: truck(9)->automobile(1), bird(2)->airplane(0), deer(4)->horse(7),
-      cat(3)<->dog(5);
-    - ``cifar100``: each fine class -> the next fine class (cyclic, by fine index) of its
-      super-class (see ``CIFAR100_COARSE``).
+    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``) where each class ``i``
+    with a partner ``j = flips[i]`` flips to it with probability ``rate`` (``T[i, i] = 1 - rate``,
+    ``T[i, j] = rate``) and every other class keeps ``T[i, i] = 1``. Each data module declares
+    its own map (``semantic_flips``, e.g. MNIST 2->7, 3->8, 5<->6, 7->1).
     """
-    name = str(dataset).lower()
-    if name in ("mnist", "digits", "cifar10"):
-        expected = 10
-        flips = _CIFAR10_FLIPS if name == "cifar10" else _MNIST_FLIPS
-    elif name == "cifar100":
-        expected = 100
-        flips = _cifar100_flips()
-    else:
-        raise ValueError(
-            f"semantic noise is defined for datasets {SEMANTIC_DATASETS}, got {dataset!r}"
-        )
     c = _check_num_classes(num_classes)
-    if c != expected:
-        raise ValueError(f"semantic noise for {name!r} needs num_classes={expected}, got {c}")
     rate = _check_rate(rate)
+    if not flips:
+        raise ValueError("semantic noise needs a non-empty flip map {clean class: noisy class}")
     T = torch.eye(c)
     for src, dst in flips.items():
+        if not (0 <= int(src) < c and 0 <= int(dst) < c) or int(src) == int(dst):
+            raise ValueError(
+                f"semantic flip {src} -> {dst} is not a pair of different classes in "
+                f"[0, {c - 1}] (num_classes={c})"
+            )
         T[src, src] = 1.0 - rate
         T[src, dst] = rate
     return T
@@ -175,14 +149,14 @@ def build_transition(
     num_classes: int,
     rate: float,
     seed: int = 0,
-    dataset: str | None = None,
+    flips: Mapping[int, int] | None = None,
 ) -> Tensor | None:
     """Build the class-level transition matrix of a synthetic noise type.
 
     Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``): identity for ``"none"``,
-    ``None`` for ``"instance"`` and ``"file"`` (no class-level T exists). ``"asymmetric"`` is drawn
-    with ``torch.Generator().manual_seed(seed)``; ``"semantic"`` needs ``dataset``. Raises
-    ``ValueError`` for an unknown type or a rate outside [0, 1).
+    ``None`` for ``"instance"``, ``"file"`` and ``"real"`` (no class-level T exists).
+    ``"asymmetric"`` is drawn with ``torch.Generator().manual_seed(seed)``; ``"semantic"`` needs
+    the dataset's ``flips``. Raises ``ValueError`` for an unknown type or a rate outside [0, 1).
     """
     if noise_type not in NOISE_TYPES:
         raise ValueError(f"unknown noise type {noise_type!r}; expected one of {NOISE_TYPES}")
@@ -197,10 +171,10 @@ def build_transition(
     if noise_type == "asymmetric":
         return asymmetric_transition(c, rate, torch.Generator().manual_seed(int(seed)))
     if noise_type == "semantic":
-        if dataset is None:
-            raise ValueError(f"semantic noise needs a dataset name, one of {SEMANTIC_DATASETS}")
-        return semantic_transition(dataset, c, rate)
-    return None  # instance, file
+        if not flips:
+            raise ValueError("semantic noise needs the dataset's flip map (flips=...)")
+        return semantic_transition(flips, c, rate)
+    return None  # instance, file, real
 
 
 def check_transition(T: Tensor, num_classes: int | None = None, atol: float = 1e-4) -> Tensor:

@@ -1,4 +1,4 @@
-"""Sharding a dataset over DDP processes so that each sample is seen once per epoch.
+"""Samplers: sharding over DDP processes, and per-epoch class-balanced subsampling.
 
 Lightning's default ``DistributedSampler`` pads every shard to the same length by repeating
 samples, so with ``N`` not divisible by the number of processes a few samples are trained on (and
@@ -8,11 +8,14 @@ draws the same seeded order and takes every ``W``-th position from its rank.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator, Sized
+from typing import Any
 
 import torch
-from torch.utils.data import DistributedSampler
+from torch import Tensor
+from torch.utils.data import DistributedSampler, Sampler
 
 
 def usable_length(n: int, num_replicas: int, batch_size: int | None) -> int:
@@ -86,3 +89,58 @@ class ShardSampler(DistributedSampler):
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+def shard_sampler(
+    dataset: Sized, shards: dict[str, Any] | None, shuffle: bool, batch_size: int
+) -> ShardSampler | None:
+    """This process's :class:`ShardSampler` under DDP (``shards``: Lightning's
+    ``distributed_sampler_kwargs``), seeded like Lightning's own sampler; ``None`` with one
+    process. Training loaders (``shuffle``) get equal batch counts on every process."""
+    if not shards or shards.get("num_replicas", 1) <= 1:
+        return None
+    return ShardSampler(
+        dataset,
+        shards["num_replicas"],
+        shards["rank"],
+        shuffle=shuffle,
+        seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),  # Lightning's sampler seed
+        batch_size=batch_size if shuffle else None,
+    )
+
+
+class ClassBalancedSampler(Sampler[int]):
+    """Per-epoch class-balanced subsample of a training set.
+
+    Every epoch draws up to ``samples_per_class`` positions of each (noisy) class without
+    replacement and shuffles them, seeded by ``seed + epoch`` (``set_epoch`` is called by
+    Lightning before each epoch, also through its DDP sampler wrapper, so every process draws
+    the same subsample and each gets its own shard).
+    """
+
+    def __init__(self, labels: Tensor, samples_per_class: int, seed: int = 0) -> None:
+        if samples_per_class < 1:
+            raise ValueError(f"samples_per_class must be positive, got {samples_per_class}")
+        labels = torch.as_tensor(labels).long()
+        self.by_class = [
+            torch.nonzero(labels == c).flatten() for c in labels.unique(sorted=True).tolist()
+        ]
+        self.samples_per_class = samples_per_class
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the subsample of ``epoch``."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return sum(min(len(pos), self.samples_per_class) for pos in self.by_class)
+
+    def __iter__(self) -> Iterator[int]:
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        chosen = [
+            pos[torch.randperm(len(pos), generator=gen)[: self.samples_per_class]]
+            for pos in self.by_class
+        ]
+        picked = torch.cat(chosen) if chosen else torch.zeros(0, dtype=torch.long)
+        return iter(picked[torch.randperm(len(picked), generator=gen)].tolist())

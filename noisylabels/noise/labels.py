@@ -1,0 +1,248 @@
+"""Where a run's noisy training labels come from: one abstraction, three kinds.
+
+- :class:`SyntheticNoise`: clean labels corrupted by a synthetic noise type at a nominal rate,
+  seeded by the noise seed (symmetric, pair, asymmetric, semantic, instance, none);
+- :class:`FileLabels`: labels read from a file, e.g. CIFAR-10N's human labels or a run's
+  ``noise.pt`` (see :func:`~noisylabels.noise.label_file.read_label_file`);
+- :class:`ShippedLabels`: real noisy labels that come with the dataset (Clothing1M).
+
+Each source produces the labels once (:meth:`LabelSource.make_labels`) and then describes
+them (:meth:`LabelSource.noise_info`), so ``results.json`` says what the noise was for every
+kind. Pure torch, no Lightning. Transition matrices are row-stochastic:
+``T[i, j] = P(noisy = j | clean = i)``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from noisylabels.errors import InputError
+
+from .corrupt import empirical_transition, make_noisy_labels, noise_rate
+from .label_file import read_label_file
+from .transition import NOISE_TYPES
+
+__all__ = [
+    "LabelSource",
+    "SyntheticNoise",
+    "FileLabels",
+    "ShippedLabels",
+    "SYNTHETIC_TYPES",
+    "check_noise_options",
+]
+
+SYNTHETIC_TYPES = tuple(t for t in NOISE_TYPES if t not in ("file", "real"))
+"""Noise types :class:`SyntheticNoise` generates."""
+
+
+def check_noise_options(
+    noise_type: str,
+    rate: float,
+    noise_file: str | None = None,
+    flips: Mapping[int, int] | None = None,
+    ships_labels: bool = False,
+    dataset: str = "this dataset",
+) -> None:
+    """Refuse noise options that cannot work, before any data is read: an unknown type, a rate
+    outside [0, 1) (pair noise: >= 0.5), ``file`` without a file, ``semantic`` for a dataset
+    without a flip map (``flips``), ``real`` for one that ships no noisy labels. Raises
+    :class:`~noisylabels.errors.InputError` naming the option."""
+    if noise_type not in NOISE_TYPES:
+        raise InputError(f"unknown noise_type {noise_type!r}; choose one of {NOISE_TYPES}")
+    if not 0.0 <= rate < 1.0:
+        raise InputError(f"noise_rate must be in [0, 1), got {rate}")
+    if noise_type == "pair" and rate >= 0.5:
+        raise InputError(
+            f"pair noise needs noise_rate < 0.5 so the clean class stays the majority; got {rate}"
+        )
+    if noise_type == "file" and not noise_file:
+        raise InputError("noise_type 'file' needs --data.noise_file PATH")
+    if noise_type == "semantic" and not flips:
+        raise InputError(
+            f"noise_type 'semantic' needs a class-pair flip map, which {dataset} does not "
+            "declare (semantic_flips); choose symmetric, pair, asymmetric or instance noise"
+        )
+    if noise_type == "real" and not ships_labels:
+        raise InputError(
+            f"noise_type 'real' takes the noisy labels a dataset ships with; {dataset} has none. "
+            "Use a synthetic noise type, or noise_type 'file' with --data.noise_file"
+        )
+
+
+class LabelSource(ABC):
+    """The origin of a training set's noisy labels, and the facts about them.
+
+    ``make_labels(clean, num_classes)`` returns one noisy label per training sample (``clean``
+    holds ``-1`` where the clean label is unknown); afterwards :attr:`transition` is the true
+    class-level T where one exists (row-stochastic, ``T[i, j] = P(noisy=j | clean=i)``) and
+    :meth:`noise_info` summarises the noise for results.
+    """
+
+    kind: ClassVar[str] = "base"
+
+    def __init__(self) -> None:
+        self.clean: Tensor | None = None
+        self.noisy: Tensor | None = None
+        self.num_classes: int | None = None
+        self.transition: Tensor | None = None
+
+    @abstractmethod
+    def _make(self, clean: Tensor, num_classes: int) -> Tensor:
+        """The noisy labels (and, where there is one, set :attr:`transition`)."""
+
+    def make_labels(self, clean: Tensor, num_classes: int) -> Tensor:
+        """Produce (or read) the noisy labels of the training set whose clean labels are
+        ``clean``; returns a long tensor of the same length."""
+        clean = torch.as_tensor(clean).long()
+        noisy = self._make(clean, num_classes).long()
+        self.clean, self.noisy, self.num_classes = clean, noisy, num_classes
+        return noisy
+
+    def _require(self) -> tuple[Tensor, Tensor, int]:
+        if self.clean is None or self.noisy is None or self.num_classes is None:
+            raise RuntimeError("call make_labels() first")
+        return self.clean, self.noisy, self.num_classes
+
+    @property
+    def clean_known(self) -> int:
+        """How many training samples have a known clean label."""
+        return int((self._require()[0] >= 0).sum())
+
+    @property
+    def rate_actual(self) -> float | None:
+        """Measured fraction of flipped labels among the samples with a known clean label
+        (``None`` where no clean label is known)."""
+        clean, noisy, _ = self._require()
+        known = clean >= 0
+        return noise_rate(clean[known], noisy[known]) if bool(known.any()) else None
+
+    def empirical_transition(self) -> Tensor | None:
+        """Row-stochastic measured T over the samples with a known clean label (``None`` where
+        there are none); see :func:`~noisylabels.noise.empirical_transition`."""
+        clean, noisy, c = self._require()
+        return empirical_transition(clean, noisy, c) if bool((clean >= 0).any()) else None
+
+    @abstractmethod
+    def noise_info(self) -> dict[str, Any]:
+        """JSON-ready summary: at least ``type``, ``rate_nominal`` and ``rate_actual``."""
+
+
+class SyntheticNoise(LabelSource):
+    """Synthetic noise of ``noise_type`` at nominal ``rate``, drawn with the noise ``seed``.
+
+    ``flips`` is the dataset's semantic flip map (``{clean class: noisy class}``, needed by
+    ``semantic``); ``features`` (a tensor, or a callable returning one, so it is only computed
+    when needed) feeds ``instance`` noise (PTD, Xia et al. 2020) with one feature row per sample
+    at the raw pixel scale.
+    """
+
+    kind: ClassVar[str] = "synthetic"
+
+    def __init__(
+        self,
+        noise_type: str,
+        rate: float,
+        seed: int,
+        flips: Mapping[int, int] | None = None,
+        features: Tensor | Callable[[], Tensor] | None = None,
+    ) -> None:
+        super().__init__()
+        if noise_type not in SYNTHETIC_TYPES:
+            raise InputError(
+                f"noise type {noise_type!r} is not synthetic; choose one of {SYNTHETIC_TYPES}"
+            )
+        if noise_type == "semantic" and not flips:
+            raise InputError("semantic noise needs the dataset's flip map; this one has none")
+        self.noise_type = noise_type
+        self.rate = float(rate)
+        self.seed = int(seed)
+        self.flips = dict(flips) if flips else None
+        self._features = features
+
+    def _make(self, clean: Tensor, num_classes: int) -> Tensor:
+        features = None
+        if self.noise_type == "instance":
+            features = self._features() if callable(self._features) else self._features
+        noisy, self.transition = make_noisy_labels(
+            clean,
+            self.noise_type,
+            self.rate,
+            num_classes,
+            seed=self.seed,
+            flips=self.flips,
+            features=features,
+        )
+        return noisy
+
+    def noise_info(self) -> dict[str, Any]:
+        """``type``, ``rate_nominal``, ``rate_actual`` and the noise ``seed``."""
+        return {
+            "type": self.noise_type,
+            "rate_nominal": self.rate,
+            "rate_actual": self.rate_actual,
+            "seed": self.seed,
+        }
+
+
+class FileLabels(LabelSource):
+    """Noisy labels read from ``path`` (entry ``key`` of a dict-valued ``.pt`` file), in
+    training-set order; e.g. CIFAR-10N's ``worse_label`` (Wei et al. 2022)."""
+
+    kind: ClassVar[str] = "file"
+
+    def __init__(self, path: str | Path, key: str | None = None) -> None:
+        super().__init__()
+        self.path = Path(path).expanduser()
+        self.key = key
+
+    def _make(self, clean: Tensor, num_classes: int) -> Tensor:
+        return read_label_file(self.path, len(clean), num_classes, self.key, clean=clean)
+
+    def noise_info(self) -> dict[str, Any]:
+        """``type: file``, the ``file`` and ``key``, no nominal rate, and the rate measured
+        against the clean labels."""
+        return {
+            "type": "file",
+            "file": str(self.path),
+            "key": self.key,
+            "rate_nominal": None,
+            "rate_actual": self.rate_actual,
+        }
+
+
+class ShippedLabels(LabelSource):
+    """Real noisy labels that come with the dataset (e.g. Clothing1M, Xiao et al. 2015), in
+    training-set order; the clean label of a sample may be unknown (``-1``)."""
+
+    kind: ClassVar[str] = "real"
+
+    def __init__(self, labels: Tensor, dataset: str = "the dataset") -> None:
+        super().__init__()
+        self.labels = torch.as_tensor(labels).long()
+        self.dataset = dataset
+
+    def _make(self, clean: Tensor, num_classes: int) -> Tensor:
+        if len(self.labels) != len(clean):
+            raise InputError(
+                f"{self.dataset} ships {len(self.labels)} noisy labels for {len(clean)} "
+                "training samples"
+            )
+        if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= num_classes):
+            raise InputError(f"{self.dataset} ships noisy labels outside [0, {num_classes - 1}]")
+        return self.labels
+
+    def noise_info(self) -> dict[str, Any]:
+        """``type: real``, no nominal rate, the rate over the samples with a known clean label
+        and how many those are (``clean_known``)."""
+        return {
+            "type": "real",
+            "rate_nominal": None,
+            "rate_actual": self.rate_actual,
+            "clean_known": self.clean_known,
+        }
