@@ -38,7 +38,7 @@ def resolve(capsys: pytest.CaptureFixture, *configs: Path | str, args: tuple = (
 def as_resolved_today(before: dict[str, Any]) -> dict[str, Any]:
     """A snapshot entry with the changes made on purpose since: options added with their
     defaults (``milestones_from``, ``warmup_epochs`` of every method, ``network`` of
-    SubsetStatistics), and LR milestones of a warm-up run counted from the first epoch after the
+    SubsetStatistics, Clothing1M's ``max_skipped_fraction``), and LR milestones of a warm-up run counted from the first epoch after the
     warm-up instead of from epoch 0 (the same schedule)."""
     expected = copy.deepcopy(before)
     args = expected["model"]["init_args"]
@@ -48,6 +48,8 @@ def as_resolved_today(before: dict[str, Any]) -> dict[str, Any]:
         args["milestones"] = [m - args["warmup_epochs"] for m in args["milestones"]]
     for callback in expected["trainer"]["callbacks"]:
         callback["init_args"].setdefault("network", 0)
+    if expected["data"]["class_path"].endswith("Clothing1MDataModule"):
+        expected["data"]["init_args"].setdefault("max_skipped_fraction", 0.01)
     return expected
 
 

@@ -35,133 +35,20 @@ from typing import Any
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
+from noisylabels.callbacks.subset_stats import (
+    PREFIX,
+    custom_scalars_layout,
+    fill_buffer,
+    subset_ids,
+    summarize,
+    tag,
+)
+
 SOURCES = ("train_step", "pass")
-SUBSETS = ("mislabeled", "correct")
-LOSSES = ("loss", "ce_noisy", "ce_clean")
-PREFIX = "subsets"
-EPS = 1e-12
-
-# columns after the C logits of the per-sample buffer
-_LOSS, _WEIGHT, _SEEN_LOSS, _SEEN_WEIGHT = range(4)
-
-
-def tag(quantity: str, subset: str) -> str:
-    """TensorBoard tag of a statistic, e.g. ``subsets/ce_noisy_mean/mislabeled``."""
-    return f"{PREFIX}/{quantity}/{subset}"
-
-
-def custom_scalars_layout() -> dict[str, dict[str, list[Any]]]:
-    """Layout of TensorBoard's Custom Scalars tab: the two subsets overlaid in each chart."""
-    charts: dict[str, list[Any]] = {}
-    names = {
-        "loss": "training loss",
-        "ce_noisy": "CE of noisy posterior vs noisy label",
-        "ce_clean": "CE of clean posterior vs clean label",
-    }
-    for quantity, name in names.items():
-        charts[f"{name}, mean"] = ["Multiline", [tag(f"{quantity}_mean", s) for s in SUBSETS]]
-        charts[f"{name}, std"] = ["Multiline", [tag(f"{quantity}_std", s) for s in SUBSETS]]
-    charts["VRNL weight w_i, mean"] = ["Multiline", [tag("weight_mean", s) for s in SUBSETS]]
-    charts["fraction of weights w_i <= 0"] = [
-        "Multiline",
-        [tag("nonpositive_weight_frac", s) for s in (*SUBSETS, "all")],
-    ]
-    return {"mislabeled vs correctly labeled": charts}
-
-
-def subset_ids(noisy: Tensor, clean: Tensor) -> Tensor:
-    """Subset of each sample: 0 mislabeled, 1 correct, 2 clean label unknown (``-1``)."""
-    ids = torch.where(noisy != clean, 0, 1)
-    return torch.where(clean < 0, 2, ids)
-
-
-def summarize(
-    buffer: Tensor,
-    noisy: Tensor,
-    clean: Tensor,
-    subsets: Tensor,
-    noisy_posterior: Any = None,
-    with_losses: bool = False,
-) -> tuple[dict[str, float], dict[str, Tensor]]:
-    """Per-subset statistics of an epoch from a (process-summed) per-sample buffer.
-
-    Args:
-        buffer: ``(N, C + 4)``: summed logits, training loss, VRNL weight, and how many
-            processes recorded each sample's losses / weight. A sample recorded by several
-            processes (the padding of a distributed sampler) is averaged, never counted twice.
-        noisy, clean: training and clean labels ``(N,)`` (clean ``-1`` = unknown).
-        subsets: :func:`subset_ids` of the samples.
-        noisy_posterior: map from clean posteriors ``p`` to noisy posteriors ``q`` (e.g.
-            ``q = p @ T``); ``None`` means ``q = p``.
-        with_losses: also return each subset's per-sample training losses (for histograms).
-
-    Returns:
-        ``(scalars, losses)``: statistics by tag (means and population std; those of an empty
-        subset are left out, counts are always there) and the per-subset training losses.
-    """
-    c = buffer.shape[1] - 4
-    n_loss, n_weight = buffer[:, c + _SEEN_LOSS], buffer[:, c + _SEEN_WEIGHT]
-    rows = torch.nonzero((n_loss + n_weight) > 0).flatten()
-    b = buffer[rows]
-    has_loss, has_weight = b[:, c + _SEEN_LOSS] > 0, b[:, c + _SEEN_WEIGHT] > 0
-    count = b[:, c + _SEEN_LOSS].clamp_min(1.0)
-    log_p = F.log_softmax(b[:, :c] / count[:, None], dim=1)
-    label = noisy[rows].unsqueeze(1)
-    ce_clean = -log_p.gather(1, clean[rows].clamp_min(0).unsqueeze(1)).squeeze(1)
-    if noisy_posterior is None:
-        ce_noisy = -log_p.gather(1, label).squeeze(1)
-    else:
-        ce_noisy = -torch.log(noisy_posterior(log_p.exp()).gather(1, label).squeeze(1) + EPS)
-    loss = b[:, c + _LOSS] / count
-    values = torch.stack([loss, ce_noisy, ce_clean]).double() * has_loss
-    weight = torch.where(has_weight, b[:, c + _WEIGHT] / b[:, c + _SEEN_WEIGHT].clamp_min(1), 0)
-    columns = [
-        values,
-        values.square(),
-        torch.stack([weight, weight <= 0, has_weight, has_loss]).double() * has_weight,
-        has_loss[None].double(),
-    ]
-    # one scatter-add: sums per subset (0 mislabeled, 1 correct, 2 unknown) of every column
-    x = torch.cat(columns)
-    sums = x.new_zeros(len(x), 3).index_add_(1, subsets[rows], x)
-    k = len(LOSSES)
-    n = sums[-1]
-    mean = sums[:k] / n.clamp_min(1)
-    std = (sums[k : 2 * k] / n.clamp_min(1) - mean.square()).clamp_min(0).sqrt()
-    w_sum, nonpositive, n_w = sums[2 * k], sums[2 * k + 1], sums[2 * k + 2]
-    table = torch.stack(
-        [*mean, *std, w_sum / n_w.clamp_min(1), nonpositive / n_w.clamp_min(1), n, n_w]
-    )
-    table = torch.cat([table.flatten(), (nonpositive.sum() / n_w.sum().clamp_min(1))[None]])
-    flat = table.tolist()  # the one host sync of an epoch
-    cols = 3
-    names = [f"{q}_mean" for q in LOSSES] + [f"{q}_std" for q in LOSSES]
-    names += ["weight_mean", "nonpositive_weight_frac", "count", "_weight_count"]
-    scalars: dict[str, float] = {}
-    for r, name in enumerate(names):
-        for j, subset in enumerate((*SUBSETS, "unknown")):
-            scalars[tag(name, subset)] = flat[r * cols + j]
-    scalars[tag("nonpositive_weight_frac", "all")] = flat[-1]
-    kept = {tag("count", s) for s in (*SUBSETS, "unknown")} | {
-        tag("nonpositive_weight_frac", "all")
-    }
-    for subset in SUBSETS:
-        if scalars[tag("count", subset)] > 0:
-            kept |= {tag(f"{q}_{m}", subset) for q in LOSSES for m in ("mean", "std")}
-        if scalars[tag("_weight_count", subset)] > 0:
-            kept |= {tag("weight_mean", subset), tag("nonpositive_weight_frac", subset)}
-    scalars = {name: value for name, value in scalars.items() if name in kept}
-    losses: dict[str, Tensor] = {}
-    if with_losses:
-        ids = subsets[rows]
-        for j, subset in enumerate(SUBSETS):
-            losses[subset] = loss[(ids == j) & has_loss]
-    return scalars, losses
 
 
 class SubsetStatistics(L.Callback):
@@ -322,21 +209,8 @@ class SubsetStatistics(L.Callback):
                 self._loss_records.append((step.index, step.logits, step.losses))
 
     def _fill_buffer(self) -> Tensor:
-        """Write this epoch's records into the per-sample buffer (a sample recorded twice by
-        this process keeps one of its records) and return it."""
-        buffer = self._buffer.zero_()
-        c = buffer.shape[1] - 4
-        if self._loss_records:
-            index = torch.cat([r[0] for r in self._loss_records])
-            logits = torch.cat([r[1].float() for r in self._loss_records])
-            losses = torch.cat([r[2].float() for r in self._loss_records])
-            buffer[index, : c + 1] = torch.cat([logits, losses[:, None]], 1)
-            buffer[index, c + _SEEN_LOSS] = 1.0
-        if self._weight_records:
-            index = torch.cat([r[0] for r in self._weight_records])
-            weights = torch.cat([r[1].float() for r in self._weight_records])
-            buffer[index, c + _WEIGHT] = weights
-            buffer[index, c + _SEEN_WEIGHT] = 1.0
+        """This epoch's records in the per-sample buffer; the records are cleared."""
+        buffer = fill_buffer(self._buffer, self._loss_records, self._weight_records)
         self._loss_records, self._weight_records = [], []
         return buffer
 

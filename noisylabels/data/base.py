@@ -174,6 +174,11 @@ class NoisyDataModule(L.LightningDataModule):
         2020): the raw pixel values (uint8, 0-255) flattened, without rescaling."""
         return torch.as_tensor(images).reshape(len(images), -1)
 
+    def callbacks(self) -> list[L.Callback]:
+        """Callbacks this data module needs in every run (none by default); the method's
+        ``configure_callbacks`` adds them, so ``Trainer.fit`` and ``noisylabels fit`` agree."""
+        return []
+
     def make_label_source(self, data: LoadedData) -> LabelSource:
         """The label source the options ask for: a label file, the dataset's own noisy labels
         (``real``) or synthetic noise seeded by the noise seed."""

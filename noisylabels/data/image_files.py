@@ -81,13 +81,10 @@ class ImageFileDataModule(NoisyDataModule):
         self.transform = BatchTransform(self.mean, self.std, augment=self.augment, crop_padding=0)
         self.skipped = SkippedImages()
 
-    def setup(self, stage: str | None = None) -> None:
-        super().setup(stage)
-        trainer = self.trainer
-        if trainer is not None and not any(
-            isinstance(cb, SkippedImageReport) for cb in trainer.callbacks
-        ):
-            trainer.callbacks.append(SkippedImageReport())
+    def callbacks(self) -> list[L.Callback]:
+        """The skipped-image report (added to every run by the method's
+        ``configure_callbacks``)."""
+        return [SkippedImageReport()]
 
     def _array(self, split: str) -> str:
         """Which image array a split's dataset reads: ``test``, the separate clean ``val`` set,

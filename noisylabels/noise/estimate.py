@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .corrupt import empirical_transition
 from .transition import check_transition
 
 __all__ = [
@@ -92,12 +93,9 @@ def dual_t_correction(probs: Tensor, noisy_labels: Tensor, num_classes: int) -> 
         )
     if noisy.numel() and (noisy.min() < 0 or noisy.max() >= c):
         raise ValueError(f"noisy_labels must lie in [0, {c})")
-    pred = probs.argmax(dim=1)
-    counts = torch.bincount(pred * c + noisy, minlength=c * c).view(c, c).to(torch.float64)
-    totals = counts.sum(dim=1, keepdim=True)
-    eye = torch.eye(c, dtype=torch.float64, device=counts.device)
-    T_spade = torch.where(totals > 0, counts / totals.clamp_min(1.0), eye)
-    return T_spade.to(probs.dtype)
+    # the measured transition from the predicted class to the noisy label
+    T_spade = empirical_transition(probs.argmax(dim=1), noisy, c)
+    return T_spade.to(device=probs.device, dtype=probs.dtype)
 
 
 def dual_t_transition(
