@@ -86,13 +86,11 @@ class VolMinNet(NoisyLabelMethod):
         labels = batch["label"]
         losses = forward_loss(probs, T, labels)
         detached = forward_loss(probs, T.detach(), labels) if self.alpha != 0 else None
-        return self.vrnl(losses, logits, batch, variance_losses=detached, extra=self.volume_term(T))
+        return self.vrnl(losses, logits, batch, variance_losses=detached, extra=self.volume_term())
 
-    def volume_term(self, T: Tensor | None = None) -> Tensor:
-        """``lam · log|det T|`` (of the current T by default): minimizing it shrinks the volume
-        of T."""
-        T = self.transition() if T is None else T
-        return self.hparams.lam * torch.linalg.slogdet(T).logabsdet
+    def volume_term(self) -> Tensor:
+        """``lam · log|det T|`` of the current T: minimizing it shrinks the volume of T."""
+        return self.hparams.lam * torch.linalg.slogdet(self.transition()).logabsdet
 
     def configure_optimizers(self) -> Any:
         """The classifier's optimizer and T's own (both step on every batch, with the same
