@@ -3,12 +3,16 @@
 After ``fit`` the best checkpoint (by noisy-validation accuracy unless ``--checkpoint.monitor``
 says otherwise) is tested on the clean test set and ``results.json`` is written to the run dir.
 Project subcommands that are not Lightning stages are dispatched in :data:`EXTRA_COMMANDS`.
+
+User errors end the command with one paragraph and exit status 2; ``--debug`` or
+``NOISYLABELS_DEBUG=1`` shows the traceback (:mod:`noisylabels.failures`).
 """
 
 from __future__ import annotations
 
 import sys
 import warnings
+from argparse import ArgumentError
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +23,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from noisylabels.callbacks import WarmupAwareCheckpoint, run_dir
 from noisylabels.config import ComposedConfigFile
 from noisylabels.data import NoisyDataModule
+from noisylabels.failures import debug_requested, option_error, paragraph, user_error
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run import fit_and_test
 
@@ -46,6 +51,7 @@ class NoisyLabelsCLI(LightningCLI):
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         """Lightning's parser with a ``--config`` that understands ``compose:``."""
         kwargs.setdefault("dump_header", [f"lightning.pytorch=={L.__version__}"])
+        kwargs.setdefault("exit_on_error", False)  # parse errors: one paragraph, see run()
         parser = self.parser_class(**kwargs)
         parser.add_argument(
             "-c",
@@ -127,23 +133,45 @@ def run(args: list[str] | None = None) -> NoisyLabelsCLI | Any:
     warnings.filterwarnings(
         "ignore", message=r"It is recommended to use `self\.log\('(train|val|test|subsets)/"
     )
-    return NoisyLabelsCLI(
-        NoisyLabelMethod,
-        NoisyDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        seed_everything_default=0,
-        trainer_defaults=TRAINER_DEFAULTS,
-        save_config_callback=SaveConfigToTensorBoard,
-        save_config_kwargs={"overwrite": True},
-        auto_configure_optimizers=False,
-        args=None if args is None else argv,
-    )
+    try:
+        return NoisyLabelsCLI(
+            NoisyLabelMethod,
+            NoisyDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            seed_everything_default=0,
+            trainer_defaults=TRAINER_DEFAULTS,
+            save_config_callback=SaveConfigToTensorBoard,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+            args=None if args is None else argv,
+        )
+    except ArgumentError as err:
+        raise option_error(err) from err
+    except Exception as err:
+        found = user_error(err)
+        if found is None or found is err:
+            raise
+        raise found from err  # the user error jsonargparse wrapped into its own
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point of the ``noisylabels`` command."""
-    run(args)
+    """Entry point of the ``noisylabels`` command: user errors end it with one paragraph and
+    their exit status (a traceback with ``--debug`` or ``NOISYLABELS_DEBUG=1``); programming
+    errors keep their traceback."""
+    argv = list(sys.argv[1:] if args is None else args)
+    debug = debug_requested(argv)
+    argv = [a for a in argv if a != "--debug"]
+    if args is None:
+        sys.argv[1:] = argv
+    try:
+        run(None if args is None else argv)
+    except Exception as err:
+        found = user_error(err)
+        if found is None or debug:
+            raise
+        print(paragraph(found), file=sys.stderr, flush=True)
+        sys.exit(found.exit_code)
 
 
 if __name__ == "__main__":
