@@ -4,8 +4,8 @@ After ``fit`` the best checkpoint (by noisy-validation accuracy unless ``--check
 says otherwise) is tested on the clean test set and ``results.json`` is written to the run dir.
 Project subcommands that are not Lightning stages are dispatched in :data:`EXTRA_COMMANDS`.
 
-User errors end the command with one paragraph and exit status 2; ``--debug`` or
-``NOISYLABELS_DEBUG=1`` shows the traceback (:mod:`noisylabels.failures`).
+User errors end the command with one paragraph and exit status 2 (3 for a diverged run);
+``--debug`` or ``NOISYLABELS_DEBUG=1`` shows the traceback (:mod:`noisylabels.failures`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The command line prints these as one paragraph without a traceback (``--debug`` or
 ``NOISYLABELS_DEBUG=1`` shows it); any other exception is a programming error and keeps its
 traceback. Each class also derives from the built-in exception a caller would expect
-(``ValueError``, ``FileNotFoundError``), so ``except ValueError`` keeps
+(``ValueError``, ``FileNotFoundError``, ``ArithmeticError``), so ``except ValueError`` keeps
 working. ``exit_code`` is the status the command line exits with.
 """
 
@@ -22,6 +22,12 @@ class InputError(NoisyLabelsError, ValueError):
 
 class MissingFileError(NoisyLabelsError, FileNotFoundError):
     """A file or folder the run needs does not exist."""
+
+
+class DivergenceError(NoisyLabelsError, ArithmeticError):
+    """The training loss became NaN or infinite; the run is stopped."""
+
+    exit_code = 3
 
 
 def load_error_summary(err: BaseException) -> str:

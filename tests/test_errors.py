@@ -112,6 +112,8 @@ CASES: list[tuple[str, Case, int]] = [
      str(f.root / "bad_mnist")], "train-images-idx3-ubyte"), 2),
     ("mnist-missing", lambda f: (["--config", MNIST_CE, "--data.data_dir",
      str(f.root / "no_data")], "no_data"), 2),
+    # ---- a run that diverges
+    ("diverged", lambda f: (["--config", QUICKSTART, "--model.lr", "1e6"], "--model.lr"), 3),
 ]  # fmt: skip
 
 

@@ -2,10 +2,12 @@
 
 from noisylabels.callbacks.artifacts import NoiseRecorder, run_dir
 from noisylabels.callbacks.checkpoint import WarmupAwareCheckpoint
+from noisylabels.callbacks.divergence import DivergenceGuard
 from noisylabels.callbacks.subsets import SubsetStatistics
 from noisylabels.callbacks.transition import TransitionMonitor, write_transition_estimate
 
 __all__ = [
+    "DivergenceGuard",
     "NoiseRecorder",
     "SubsetStatistics",
     "TransitionMonitor",

@@ -307,11 +307,11 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
 
     def configure_callbacks(self) -> list[L.Callback]:
         """The run's own callbacks, so ``Trainer.fit`` records what ``noisylabels fit`` does: the
-        noise and its T (``noise.pt``, ``transition.csv``), T̂ and ε_T, and whatever the data
-        module needs (e.g. a skipped-image report)."""
-        from noisylabels.callbacks import NoiseRecorder, TransitionMonitor
+        noise and its T (``noise.pt``, ``transition.csv``), T̂ and ε_T, the stop on a NaN/Inf
+        loss, and whatever the data module needs (e.g. a skipped-image report)."""
+        from noisylabels.callbacks import DivergenceGuard, NoiseRecorder, TransitionMonitor
 
-        callbacks: list[L.Callback] = [NoiseRecorder(), TransitionMonitor()]
+        callbacks: list[L.Callback] = [NoiseRecorder(), TransitionMonitor(), DivergenceGuard()]
         datamodule = getattr(self._trainer, "datamodule", None)
         extra = getattr(datamodule, "callbacks", None)
         if callable(extra):
