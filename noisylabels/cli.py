@@ -35,7 +35,12 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {"plot": ("noisylabels.plot", "main
 
 
 class SaveConfigToTensorBoard(SaveConfigCallback):
-    """Save the resolved config as ``config.yaml`` in the run dir and in TensorBoard's text tab."""
+    """Save the resolved config as ``config.yaml`` in the run dir and in TensorBoard's text tab
+    (not under ``fast_dev_run``, which writes no run folder)."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if not trainer.fast_dev_run:
+            super().setup(trainer, pl_module, stage)
 
     def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
         text = self.parser.dump(self.config, skip_none=False)
@@ -104,8 +109,13 @@ class NoisyLabelsCLI(LightningCLI):
             weights_only=kwargs.get("weights_only"),
             test=bool(self._setting("test_after_fit")),
             seed=self._setting("seed_everything"),
+            config=self.config[self.subcommand].as_dict(),
         )
+        self.results = results
         if results is None:
+            return
+        if self.trainer.fast_dev_run:
+            print("fast_dev_run: every stage ran once; a smoke test writes no results.json")
             return
         if results["test_acc"] is not None:
             print(f"clean test accuracy: {results['test_acc']:.4f} ({results['method']})")

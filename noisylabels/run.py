@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -40,6 +41,7 @@ def fit_and_test(
     weights_only: bool | None = None,
     test: bool = True,
     seed: int | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Fit ``model`` on ``datamodule``, test the best checkpoint (by the trainer's checkpoint
     callback; the final model where there is none) on the clean test set, and write
@@ -51,6 +53,9 @@ def fit_and_test(
         test: test after fitting; without it ``results.json`` has ``test_acc: null``.
         seed: the run's training seed, for ``results.json`` (default: Lightning's
             ``PL_GLOBAL_SEED``, which ``seed_everything`` sets).
+        config: the resolved configuration, hashed into ``results.json``'s provenance.
+
+    Under ``fast_dev_run`` (a smoke test of every stage, not a result) nothing is written.
 
     Returns:
         The results (also written to ``results.json``) on process 0; ``None`` on the others.
@@ -73,7 +78,10 @@ def fit_and_test(
         seed=seed,
         wall_time_s=time.perf_counter() - start,
         test_metrics=test_metrics,
+        config=config,
     )
+    if trainer.fast_dev_run:
+        return results
     folder = run_dir(trainer)
     write_transition_estimate(folder, model, datamodule)
     write_results(results, folder / RESULTS_FILE)
