@@ -16,6 +16,7 @@ from noisylabels.errors import InputError, NoisyLabelsError
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "NOISYLABELS_DEBUG"
+SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended
 
 
 class OptionError(InputError):

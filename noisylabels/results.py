@@ -11,6 +11,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from noisylabels.callbacks.last import LastCheckpoint
 from noisylabels.methods.transition import transition_error
 from noisylabels.provenance import provenance
 
@@ -42,9 +43,11 @@ def build_results(
     test_metrics: dict[str, Any] | None,
     best_val: dict[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
+    resumed: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Collect the summary of a finished fit (+ test) into a JSON-ready dict. ``config``: the
-    resolved command-line configuration, hashed into ``provenance``."""
+    resolved command-line configuration, hashed into ``provenance``; ``resumed``: the fit's
+    :func:`resume_history` (read from the trainer when not given)."""
     path, epoch, score = best_checkpoint(trainer)
     monitor = getattr(trainer.checkpoint_callback, "monitor", None)
     val_acc = score if monitor == "val/acc" else None
@@ -71,8 +74,18 @@ def build_results(
         "t_estimation_error": transition_error(model, datamodule),
         "wall_time_s": wall_time_s,
         "checkpoint": path,
+        "resumed": resume_history(trainer) if resumed is None else resumed,
         "provenance": provenance(model, datamodule, config),
     }
+
+
+def resume_history(trainer: L.Trainer) -> list[dict[str, Any]]:
+    """The resumes of this run, oldest first (empty for a run that was never interrupted): the
+    checkpoint, how many epochs it had completed and the hyperparameters that differed."""
+    for callback in trainer.callbacks:
+        if isinstance(callback, LastCheckpoint):
+            return list(callback.resumes)
+    return []
 
 
 def write_results(results: dict[str, Any], path: str | Path) -> Path:

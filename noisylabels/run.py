@@ -27,7 +27,8 @@ from typing import Any
 import lightning as L
 
 from noisylabels.callbacks import run_dir, write_transition_estimate
-from noisylabels.results import build_results, write_results
+from noisylabels.callbacks.last import discard_failed_run
+from noisylabels.results import build_results, resume_history, write_results
 
 RESULTS_FILE = "results.json"
 
@@ -61,7 +62,12 @@ def fit_and_test(
         The results (also written to ``results.json``) on process 0; ``None`` on the others.
     """
     start = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
+    try:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
+    except BaseException:
+        discard_failed_run(trainer)  # a folder holding nothing to resume from
+        raise
+    resumed = resume_history(trainer)  # before testing replaces the method's callbacks
     test_metrics = None
     if test:
         has_best = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
@@ -79,6 +85,7 @@ def fit_and_test(
         wall_time_s=time.perf_counter() - start,
         test_metrics=test_metrics,
         config=config,
+        resumed=resumed,
     )
     if trainer.fast_dev_run:
         return results

@@ -20,6 +20,7 @@ from conftest import CONFIGS, REPO, make_mnist
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
 MNIST_CE = str(CONFIGS / "mnist_ce.yaml")
+CE_ON_DIGITS = ["--model", "CE", "--model.warmup_epochs", "0"]
 
 
 class RunsCode:
@@ -37,16 +38,33 @@ class Files:
     """Inputs the cases point at, written once."""
 
     root: Path
+    digits_ckpt: Path  # a CE run on the digits
+    mnist_ckpt: Path  # a CE run on the tiny MNIST
     mnist_dir: Path
     marker: Path  # created if a payload ever runs
+
+
+def _fit(root: Path, *args: str) -> Path:
+    from noisylabels.cli import run
+
+    run(["fit", *args, "--trainer.default_root_dir", str(root), "--trainer.max_epochs", "1",
+         "--trainer.limit_train_batches", "2", "--trainer.enable_progress_bar", "false",
+         "--test_after_fit", "false"])  # fmt: skip
+    return next(root.rglob("last.ckpt"))
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     root = tmp_path_factory.mktemp("inputs")
     mnist = make_mnist(root / "mnist", n_train=200, n_test=40)
+    digits_ckpt = _fit(root / "digits_run", "--config", QUICKSTART, *CE_ON_DIGITS)
+    mnist_ckpt = _fit(root / "mnist_run", "--config", MNIST_CE, "--data.data_dir", str(mnist))
     marker = root / "payload_ran"
     (root / "bad.yaml").write_text("model:\n  init_args:\n    lr: [0.1\n")
+    (root / "garbage.ckpt").write_bytes(b"this is not a checkpoint\n" * 10)
+    (root / "truncated.ckpt").write_bytes(mnist_ckpt.read_bytes()[:4000])
+    torch.save({"state_dict": {}, "payload": RunsCode(marker)}, root / "evil.ckpt")
+    torch.save(torch.zeros(3), root / "tensor.ckpt")
     torch.save({"noisy_labels": RunsCode(marker)}, root / "evil.pt")
     (root / "words.csv").write_text("1\n2\nx\n")
     (root / "floats.csv").write_text("\n".join(["6.9"] * 1437) + "\n")
@@ -58,7 +76,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     make_mnist(bad_mnist, n_train=200, n_test=40)
     images = bad_mnist / "MNIST" / "raw" / "train-images-idx3-ubyte"
     images.write_bytes(images.read_bytes()[:5000])
-    return Files(root, mnist, marker)
+    return Files(root, digits_ckpt, mnist_ckpt, mnist, marker)
 
 
 Case = Callable[[Files], tuple[list[str], str]]
@@ -112,6 +130,26 @@ CASES: list[tuple[str, Case, int]] = [
      str(f.root / "bad_mnist")], "train-images-idx3-ubyte"), 2),
     ("mnist-missing", lambda f: (["--config", MNIST_CE, "--data.data_dir",
      str(f.root / "no_data")], "no_data"), 2),
+    # ---- checkpoints
+    ("ckpt-truncated", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.root / "truncated.ckpt")], "truncated.ckpt"), 2),
+    ("ckpt-garbage", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.root / "garbage.ckpt")], "garbage.ckpt"), 2),
+    ("ckpt-runs-code", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.root / "evil.ckpt")], "evil.ckpt"), 2),
+    ("ckpt-not-a-checkpoint", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.root / "tensor.ckpt")], "tensor.ckpt"), 2),
+    ("ckpt-missing", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.root / "nope.ckpt")], "--ckpt_path"), 2),
+    ("ckpt-last-without-runs", lambda f: (["--config", QUICKSTART, "--ckpt_path", "last"],
+     "--ckpt_path last"), 2),
+    ("ckpt-other-method", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.digits_ckpt)], "method CE (config: Forward)"), 2),
+    ("ckpt-other-dataset", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.mnist_ckpt)], "dataset MNISTDataModule (config: DigitsDataModule)"), 2),
+    ("ckpt-other-backbone", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
+     "--model.backbone_kwargs", "{hidden: [32]}", "--ckpt_path", str(f.digits_ckpt)],
+     "backbone_kwargs"), 2),
     # ---- a run that diverges
     ("diverged", lambda f: (["--config", QUICKSTART, "--model.lr", "1e6"], "--model.lr"), 3),
 ]  # fmt: skip
@@ -139,6 +177,37 @@ def test_bad_input_ends_with_one_paragraph(
     assert named in messages[0]
     assert not files.marker.exists(), "a file's pickled payload was executed"
     assert not list(root.rglob("results.json"))
+    # a failed run leaves no folder that looks like a run: gone, or marked with why it stopped
+    for folder in root.rglob("version_*"):
+        assert (folder / "unfinished.txt").is_file(), sorted(folder.rglob("*"))
+        assert list(folder.rglob("last.ckpt")), "only a resumable folder is kept"
+
+
+def test_a_diverged_run_names_where_and_keeps_the_state_before(files, tmp_path, capsys) -> None:
+    from noisylabels.cli import main
+
+    root = tmp_path / "runs"
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", QUICKSTART, "--model.lr", "1e6", "--trainer.default_root_dir",
+              str(root), "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    message = capsys.readouterr().err
+    assert "epoch 0, training step" in message and "alpha=0.1" in message
+    folder = next(root.rglob("version_*"))
+    assert "diverged" in (folder / "unfinished.txt").read_text()
+    assert not list(folder.rglob("best-*.ckpt"))
+    weights = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert all(bool(torch.isfinite(v).all()) for v in weights.values() if v.is_floating_point())
+
+
+def test_a_run_that_fails_before_training_leaves_no_folder(files, tmp_path, capsys) -> None:
+    """The T file is checked at setup, after the config and noise record were written."""
+    from noisylabels.cli import main
+
+    root = tmp_path / "runs"
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", QUICKSTART, "--model.transition", str(files.root / "T_2x2.csv"),
+              "--trainer.default_root_dir", str(root)])  # fmt: skip
+    assert not list(root.rglob("version_*"))
 
 
 def test_debug_shows_the_traceback(files, tmp_path, monkeypatch) -> None:

@@ -261,17 +261,21 @@ def test_estimated_T_real_tiny_run_then_resume(run_cli, tmp_path, mnist_dir, mon
         raise AssertionError("a resumed run must not estimate T again")
 
     monkeypatch.setattr(transition_module, "anchor_transition", no_estimate)
-    second = tmp_path / "second"
     run_cli(
         "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
         "--model.transition", "estimate", "--model.warmup_epochs", "1",
         "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3",
         "--ckpt_path", str(folder / "checkpoints" / "last.ckpt"),
-        "--data.data_dir", str(mnist_dir), *TINY, root=second,
+        "--data.data_dir", str(mnist_dir), *TINY, root=first,
     )  # fmt: skip
-    resumed = run_dir_of(second)
-    assert torch.allclose(load_transition(resumed / "transition_estimate.csv", 10), T_hat)
-    assert read_results(second)["epochs"] == 3
+    # the run continues in its own folder, with the same T̂, one more epoch
+    assert run_dir_of(first) == folder
+    assert torch.allclose(load_transition(folder / "transition_estimate.csv", 10), T_hat)
+    resumed = read_results(first)
+    assert resumed["epochs"] == 3
+    assert resumed["resumed"] == [
+        {"from": str(folder / "checkpoints" / "last.ckpt"), "epochs_done": 2, "changed": {}}
+    ]
 
 
 def test_warmup_checkpoint_is_never_best() -> None:

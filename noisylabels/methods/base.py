@@ -308,10 +308,21 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
     def configure_callbacks(self) -> list[L.Callback]:
         """The run's own callbacks, so ``Trainer.fit`` records what ``noisylabels fit`` does: the
         noise and its T (``noise.pt``, ``transition.csv``), T̂ and ε_T, the stop on a NaN/Inf
-        loss, and whatever the data module needs (e.g. a skipped-image report)."""
-        from noisylabels.callbacks import DivergenceGuard, NoiseRecorder, TransitionMonitor
+        loss, ``checkpoints/last.ckpt`` to resume from, and whatever the data module needs (e.g.
+        a skipped-image report)."""
+        from noisylabels.callbacks import (
+            DivergenceGuard,
+            LastCheckpoint,
+            NoiseRecorder,
+            TransitionMonitor,
+        )
 
-        callbacks: list[L.Callback] = [NoiseRecorder(), TransitionMonitor(), DivergenceGuard()]
+        callbacks: list[L.Callback] = [
+            NoiseRecorder(),
+            TransitionMonitor(),
+            DivergenceGuard(),
+            LastCheckpoint(),
+        ]
         datamodule = getattr(self._trainer, "datamodule", None)
         extra = getattr(datamodule, "callbacks", None)
         if callable(extra):
