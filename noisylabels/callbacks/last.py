@@ -5,9 +5,10 @@ training epoch (warm-up epochs included), after validation, the method's epoch-e
 manual LR schedules) and the best-checkpoint bookkeeping, so it holds the run exactly as the next
 epoch would begin. The file is replaced atomically (written beside, then renamed): a run killed
 while writing it keeps the previous one. Besides what Lightning saves it holds the random number
-generator states (torch, CUDA where present, numpy, Python), restored when the resumed run starts
-training, so a resumed run on the CPU continues bit-identically; the data order depends on the
-training seed and the epoch only (:class:`~noisylabels.data.samplers.ShardSampler`).
+generator states (torch, CUDA where present, numpy, Python; process 0's under DDP), saved and
+restored at the same point of a run (fit start, before the training loader draws its seed), so a
+resumed run on the CPU continues bit-identically; the data order depends on the training seed and
+the epoch only (:class:`~noisylabels.data.samplers.ShardSampler`).
 
 It also records each resume (checkpoint, completed epochs, hyperparameters that differ from the
 checkpoint's) for ``results.json``, refuses a resume whose noisy labels differ from those the
