@@ -49,7 +49,12 @@ def read_composed(path: Path, _stack: tuple[Path, ...] = ()) -> list[tuple[Path,
     try:
         content = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise InputError(f"{path} is not valid YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise InputError(f"config file {path} is not valid YAML{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"config file {path} is not a text (YAML) file") from None
     if not isinstance(content, dict) or COMPOSE_KEY not in content:
         return [(path, content, False)]
     content = dict(content)

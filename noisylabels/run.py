@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
 
 from noisylabels.callbacks import run_dir, write_transition_estimate
-from noisylabels.results import build_results, write_results
+from noisylabels.callbacks.last import discard_failed_run
+from noisylabels.results import build_results, resume_history, write_results
 
 RESULTS_FILE = "results.json"
 
@@ -40,6 +42,7 @@ def fit_and_test(
     weights_only: bool | None = None,
     test: bool = True,
     seed: int | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Fit ``model`` on ``datamodule``, test the best checkpoint (by the trainer's checkpoint
     callback; the final model where there is none) on the clean test set, and write
@@ -51,12 +54,20 @@ def fit_and_test(
         test: test after fitting; without it ``results.json`` has ``test_acc: null``.
         seed: the run's training seed, for ``results.json`` (default: Lightning's
             ``PL_GLOBAL_SEED``, which ``seed_everything`` sets).
+        config: the resolved configuration, hashed into ``results.json``'s provenance.
+
+    Under ``fast_dev_run`` (a smoke test of every stage, not a result) nothing is written.
 
     Returns:
         The results (also written to ``results.json``) on process 0; ``None`` on the others.
     """
     start = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
+    try:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
+    except BaseException:
+        discard_failed_run(trainer)  # a folder holding nothing to resume from
+        raise
+    resumed = resume_history(trainer)  # before testing replaces the method's callbacks
     test_metrics = None
     if test:
         has_best = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
@@ -73,7 +84,11 @@ def fit_and_test(
         seed=seed,
         wall_time_s=time.perf_counter() - start,
         test_metrics=test_metrics,
+        config=config,
+        resumed=resumed,
     )
+    if trainer.fast_dev_run:
+        return results
     folder = run_dir(trainer)
     write_transition_estimate(folder, model, datamodule)
     write_results(results, folder / RESULTS_FILE)

@@ -38,8 +38,9 @@ def resolve(capsys: pytest.CaptureFixture, *configs: Path | str, args: tuple = (
 def as_resolved_today(before: dict[str, Any]) -> dict[str, Any]:
     """A snapshot entry with the changes made on purpose since: options added with their
     defaults (``milestones_from``, ``warmup_epochs`` of every method, ``network`` of
-    SubsetStatistics, Clothing1M's ``max_skipped_fraction``), and LR milestones of a warm-up run counted from the first epoch after the
-    warm-up instead of from epoch 0 (the same schedule)."""
+    SubsetStatistics, Clothing1M's ``max_skipped_fraction``), and LR milestones of a warm-up
+    run counted from the first epoch after the warm-up instead of from epoch 0 (the same
+    schedule)."""
     expected = copy.deepcopy(before)
     args = expected["model"]["init_args"]
     args.setdefault("milestones_from", "main")

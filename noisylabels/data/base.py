@@ -123,9 +123,9 @@ class NoisyDataModule(L.LightningDataModule):
             dataset=type(self).__name__,
         )
         if not 0.0 <= val_fraction < 1.0:
-            raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
+            raise InputError(f"--data.val_fraction must be in [0, 1), got {val_fraction}")
         if batch_size < 1:
-            raise InputError(f"batch_size must be positive, got {batch_size}")
+            raise InputError(f"--data.batch_size must be positive, got {batch_size}")
         self.save_hyperparameters()
         self.data_dir = Path(data_dir).expanduser()
         self.batch_size = batch_size

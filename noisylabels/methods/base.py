@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from noisylabels.errors import InputError
 from noisylabels.methods.optim import OPTIMIZERS, Optimization
 from noisylabels.methods.stages import StageSchedule
 from noisylabels.methods.step import EpochStatistics, StepOutput
@@ -92,17 +93,19 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
     ) -> None:
         super().__init__()
         if variance_scope not in SCOPES:
-            raise ValueError(f"variance_scope must be one of {SCOPES}, got {variance_scope!r}")
+            raise InputError(
+                f"--model.variance_scope must be one of {SCOPES}, got {variance_scope!r}"
+            )
         if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+            raise InputError(f"--model.optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
         if milestones_from not in MILESTONES_FROM:
-            raise ValueError(
-                f"milestones_from must be one of {MILESTONES_FROM}, got {milestones_from!r}"
+            raise InputError(
+                f"--model.milestones_from must be one of {MILESTONES_FROM}, got {milestones_from!r}"
             )
         if lr <= 0:
-            raise ValueError(f"lr must be positive, got {lr}")
+            raise InputError(f"--model.lr must be positive, got {lr}")
         if int(warmup_epochs) < 0:
-            raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")
+            raise InputError(f"--model.warmup_epochs must be >= 0, got {warmup_epochs}")
         self.save_hyperparameters()
         self.num_classes = num_classes
         self.alpha = float(alpha)
@@ -123,7 +126,7 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
         kwargs = dict(hp.backbone_kwargs or {})
         if hp.pretrained or hp.weights_path:
             if hp.backbone != "resnet50":
-                raise ValueError(
+                raise InputError(
                     f"pretrained weights are available for resnet50 only, not {hp.backbone!r}; "
                     "set --model.pretrained false"
                 )
@@ -287,7 +290,7 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
         trainer = self.trainer
         datamodule = trainer.datamodule
         if datamodule is None or not hasattr(datamodule, "train_eval_batches"):
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__} needs a NoisyDataModule (with train_eval_batches) to run "
                 "the model over the training split"
             )
@@ -304,11 +307,22 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
 
     def configure_callbacks(self) -> list[L.Callback]:
         """The run's own callbacks, so ``Trainer.fit`` records what ``noisylabels fit`` does: the
-        noise and its T (``noise.pt``, ``transition.csv``), T̂ and ε_T, and whatever the data
-        module needs (e.g. a skipped-image report)."""
-        from noisylabels.callbacks import NoiseRecorder, TransitionMonitor
+        noise and its T (``noise.pt``, ``transition.csv``), T̂ and ε_T, the stop on a NaN/Inf
+        loss, ``checkpoints/last.ckpt`` to resume from, and whatever the data module needs (e.g.
+        a skipped-image report)."""
+        from noisylabels.callbacks import (
+            DivergenceGuard,
+            LastCheckpoint,
+            NoiseRecorder,
+            TransitionMonitor,
+        )
 
-        callbacks: list[L.Callback] = [NoiseRecorder(), TransitionMonitor()]
+        callbacks: list[L.Callback] = [
+            NoiseRecorder(),
+            TransitionMonitor(),
+            DivergenceGuard(),
+            LastCheckpoint(),
+        ]
         datamodule = getattr(self._trainer, "datamodule", None)
         extra = getattr(datamodule, "callbacks", None)
         if callable(extra):

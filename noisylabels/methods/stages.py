@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from noisylabels.errors import InputError
 from noisylabels.methods.losses import cross_entropy
 
 
@@ -70,7 +71,7 @@ class StageSchedule:
             return
         warmup, max_epochs = self.warmup_length(), trainer.max_epochs
         if max_epochs is not None and max_epochs >= 0 and warmup >= max_epochs:
-            raise ValueError(
+            raise InputError(
                 f"warmup_epochs={warmup} leaves no epoch of the method's own stage with "
                 f"max_epochs={max_epochs}; lower --model.warmup_epochs or raise "
                 "--trainer.max_epochs"

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from noisylabels.errors import InputError, MissingFileError
 from noisylabels.methods.base import NoisyLabelMethod
 from noisylabels.methods.losses import apply_transition
 from noisylabels.noise import (
@@ -92,25 +93,25 @@ class TransitionMethod(NoisyLabelMethod):
     ) -> None:
         super().__init__(warmup_epochs=warmup_epochs, **kwargs)
         if transition is False:
-            raise ValueError(
-                "transition: false leaves nothing to correct with; use the CE method, "
+            raise InputError(
+                "--model.transition false leaves nothing to correct with; use the CE method, "
                 "transition: true (the true T), estimate, or a path to a T file"
             )
         if isinstance(transition, str) and transition != ESTIMATE:
             if not Path(transition).expanduser().is_file():
-                raise FileNotFoundError(
+                raise MissingFileError(
                     f"transition file {transition} does not exist; --model.transition takes "
                     "true, estimate, or the path of a T file"
                 )
         if estimator not in ESTIMATORS:
-            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+            raise InputError(f"--model.estimator must be one of {ESTIMATORS}, got {estimator!r}")
         if not 0.0 < outlier_quantile <= 1.0:
-            raise ValueError(
-                f"outlier_quantile must be a fraction in (0, 1] (0.97, not 97), "
+            raise InputError(
+                f"--model.outlier_quantile must be a fraction in (0, 1] (0.97, not 97), "
                 f"got {outlier_quantile}"
             )
         if not transition_bias >= 0.0:
-            raise ValueError(f"transition_bias (γ) must be >= 0, got {transition_bias}")
+            raise InputError(f"--model.transition_bias (γ) must be >= 0, got {transition_bias}")
         self.transition_source = transition
         self.register_buffer("T", torch.eye(self.num_classes))
 
@@ -153,7 +154,7 @@ class TransitionMethod(NoisyLabelMethod):
         true_t = true_transition(datamodule)
         if true_t is None:
             noise = getattr(datamodule, "noise_type", "unknown")
-            raise ValueError(
+            raise InputError(
                 f"transition: true needs the true T, which noise type {noise!r} does not have; "
                 "pass --model.transition estimate, or a path to a T file"
             )
