@@ -26,7 +26,11 @@ from noisylabels.run import fit_and_test
 TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": 80, "devices": 1, "default_root_dir": "runs"}
 
 # name -> (module, function): project subcommands beside Lightning's stages.
-EXTRA_COMMANDS: dict[str, tuple[str, str]] = {"plot": ("noisylabels.plot", "main")}
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
+    "plot": ("noisylabels.plot", "main"),
+    "sweep": ("noisylabels.sweep_cli", "main"),
+    "report": ("noisylabels.report_cli", "main"),
+}
 
 
 class SaveConfigToTensorBoard(SaveConfigCallback):
