@@ -246,12 +246,38 @@ def sort_key(name: str, value: Any) -> tuple:
     return (1, 0.0, str(value))
 
 
+@dataclass
+class Grouped:
+    """Cells ``cells[row][col]`` of one metric in %, with the sorted row and column keys, the
+    fields they stand for, and how many runs lacked the metric."""
+
+    cells: dict[tuple, dict[tuple, Cell]]
+    row_keys: list[tuple]
+    col_keys: list[tuple]
+    rows: list[str]
+    cols: list[str]
+    metric: str
+    missing: int = 0
+
+    def cell(self, row: tuple, col: tuple) -> Cell | None:
+        return self.cells.get(row, {}).get(col)
+
+    def fields(self, row: tuple, col: tuple) -> dict[str, Any]:
+        """The field values of a cell: ``{"method": ..., "dataset": ..., "noise": ...}``."""
+        return dict(zip(self.rows, row, strict=True)) | dict(zip(self.cols, col, strict=True))
+
+    def best(self, col: tuple) -> float | None:
+        """The highest mean of a column."""
+        means = [self.cells[r][col].mean for r in self.row_keys if col in self.cells[r]]
+        return max(means) if means else None
+
+
 def group(
     records: Iterable[Record], rows: Sequence[str], cols: Sequence[str], metric: str
-) -> tuple[dict[tuple, dict[tuple, Cell]], list[tuple], list[tuple], int]:
-    """Cells ``table[row][col]`` of ``metric`` (``best`` or ``last``) in %, the sorted row and
-    column keys, and how many runs lack the metric."""
-    table: dict[tuple, dict[tuple, Cell]] = {}
+) -> Grouped:
+    """Group ``records`` into cells of ``metric`` (``best`` or ``last``) by the ``rows`` and
+    ``cols`` fields; a cell holds one accuracy per seed."""
+    cells: dict[tuple, dict[tuple, Cell]] = {}
     missing = 0
     for record in records:
         value = record.metrics.get(metric)
@@ -260,7 +286,7 @@ def group(
             continue
         row = tuple(record.get(f) for f in rows)
         col = tuple(record.get(f) for f in cols)
-        cell = table.setdefault(row, {}).setdefault(col, Cell({}))
+        cell = cells.setdefault(row, {}).setdefault(col, Cell({}))
         if record.seed in cell.values:
             raise InputError(
                 f"two runs with seed {record.seed} fall in the cell {row} x {col} (one is "
@@ -268,7 +294,10 @@ def group(
                 "(e.g. alpha, or a sweep axis)"
             )
         cell.values[record.seed] = 100.0 * float(value)
-    row_keys = sorted(table, key=lambda k: [sort_key(f, v) for f, v in zip(rows, k, strict=True)])
-    col_set = {c for cells in table.values() for c in cells}
-    col_keys = sorted(col_set, key=lambda k: [sort_key(f, v) for f, v in zip(cols, k, strict=True)])
-    return table, row_keys, col_keys, missing
+
+    def order(fields: Sequence[str]):
+        return lambda key: [sort_key(f, v) for f, v in zip(fields, key, strict=True)]
+
+    row_keys = sorted(cells, key=order(rows))
+    col_keys = sorted({c for by_col in cells.values() for c in by_col}, key=order(cols))
+    return Grouped(cells, row_keys, col_keys, list(rows), list(cols), metric, missing)

@@ -68,27 +68,22 @@ def report(args: Any) -> str:
         raise InputError("--rows needs a field, and no field may be in both --rows and --cols")
     if args.paired and "method" not in rows:
         raise InputError("--paired pairs the rows X-VRNL and X: put method among --rows")
-    table, row_keys, col_keys, missing = group(records, rows, cols, args.metric)
-    if not row_keys:
+    grouped = group(records, rows, cols, args.metric)
+    if not grouped.row_keys:
         raise InputError(f"no run under {args.runs_dir} has the {metric_name} test accuracy")
     paper = load_paper() if args.paper else None
-    parts = []
     if args.format == "csv":
-        parts.append(
-            render.to_csv(table, row_keys, col_keys, rows, cols, args.metric, args.paired, paper)
-        )
+        parts = [render.to_csv(grouped, args.paired, paper)]
     else:
         emit = render.to_markdown if args.format == "markdown" else render.to_latex
-        tables = [render.main_table(table, row_keys, col_keys, rows, cols, paper, title)]
+        tables = [render.main_table(grouped, paper, title)]
         if args.paired:
-            tables.append(
-                render.paired_table(
-                    table, row_keys, col_keys, rows, cols, paper, f"VRNL − base, {metric_name}"
-                )
+            tables.append(render.paired_table(grouped, paper, f"VRNL − base, {metric_name}"))
+        parts = [emit(t) for t in tables]
+        if grouped.missing:
+            parts.append(
+                f"({grouped.missing} run(s) without the {metric_name} test accuracy left out)\n"
             )
-        parts += [emit(t) for t in tables]
-        if missing:
-            parts.append(f"({missing} run(s) without the {metric_name} test accuracy left out)\n")
         if paper is not None:
             parts.append(f"(paper: {PAPER_FILE.name}, the VRNL paper's Tables 1 and 2)\n")
     text = "\n".join(parts)

@@ -17,6 +17,7 @@ from typing import Any
 from noisylabels.report import (
     VRNL_SUFFIX,
     Cell,
+    Grouped,
     Paired,
     Record,
     base_method,
@@ -79,47 +80,34 @@ def _paper_value(
     return paper.get((str(fields["dataset"]), str(fields["noise"]), method_key(str(method))))
 
 
-def main_table(
-    table: Mapping[tuple, Mapping[tuple, Cell]],
-    row_keys: Sequence[tuple],
-    col_keys: Sequence[tuple],
-    rows: Sequence[str],
-    cols: Sequence[str],
-    paper: Mapping | None,
-    title: str,
-) -> Table:
+def main_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
     """Mean ± std (n) per cell, the best mean per column bold; the paper's numbers beside each
     column where ``paper`` is given."""
-    header = list(rows)
-    for col in col_keys:
+    header = list(g.rows)
+    for col in g.col_keys:
         header += [_label(col)] + (["paper"] if paper is not None else [])
     out = Table(title, header, [])
-    best = {}
-    for col in col_keys:
-        means = [table[r][col].mean for r in row_keys if col in table[r]]
-        best[col] = max(means) if means else None
-    for i, row in enumerate(row_keys):
+    for i, row in enumerate(g.row_keys):
         line = [DASH if v is None else str(v) for v in row]
-        for col in col_keys:
-            cell = table[row].get(col)
-            if cell is not None and best[col] is not None and cell.mean == best[col]:
+        for col in g.col_keys:
+            cell = g.cell(row, col)
+            if cell is not None and cell.mean == g.best(col):
                 out.bold.add((i, len(line)))
             line.append(fmt_cell(cell))
             if paper is not None:
-                fields = dict(zip(rows, row, strict=True)) | dict(zip(cols, col, strict=True))
-                line.append(fmt_paper(_paper_value(paper, fields)))
+                line.append(fmt_paper(_paper_value(paper, g.fields(row, col))))
         out.rows.append(line)
     out.notes.append("test accuracy (%), mean ± std over seeds (n − 1), (n) seeds; bold: best")
     return out
 
 
-def vrnl_pairs(row_keys: Sequence[tuple], rows: Sequence[str]) -> list[tuple[tuple, tuple]]:
+def vrnl_pairs(g: Grouped) -> list[tuple[tuple, tuple]]:
     """``(vrnl_row, base_row)`` for every row of a ``X-VRNL`` method whose ``X`` row (all other
-    row fields equal) exists; needs ``method`` among ``rows``."""
-    index = rows.index("method")
-    keys = set(row_keys)
+    row fields equal) exists; needs ``method`` among the rows."""
+    index = g.rows.index("method")
+    keys = set(g.row_keys)
     pairs = []
-    for row in row_keys:
+    for row in g.row_keys:
         base = base_method(str(row[index]))
         if base is None:
             continue
@@ -129,34 +117,38 @@ def vrnl_pairs(row_keys: Sequence[tuple], rows: Sequence[str]) -> list[tuple[tup
     return pairs
 
 
-def paired_table(
-    table: Mapping[tuple, Mapping[tuple, Cell]],
-    row_keys: Sequence[tuple],
-    col_keys: Sequence[tuple],
-    rows: Sequence[str],
-    cols: Sequence[str],
-    paper: Mapping | None,
-    title: str,
-) -> Table:
+def pair_statistics(g: Grouped, vrnl_row: tuple, base_row: tuple, col: tuple) -> Paired | None:
+    """:func:`paired_difference` of two rows' cells in a column (``None`` if one is empty)."""
+    a, b = g.cell(vrnl_row, col), g.cell(base_row, col)
+    return paired_difference(a.values, b.values) if a and b else None
+
+
+def pair_label(g: Grouped, vrnl_row: tuple, base_row: tuple, minus: str = "−") -> list[str]:
+    """The row label of a pair: its fields, the method written ``X-VRNL − X``."""
+    index = g.rows.index("method")
+    label = [DASH if v is None else str(v) for v in vrnl_row]
+    label[index] = f"{vrnl_row[index]} {minus} {base_row[index]}"
+    return label
+
+
+def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
     """VRNL minus base per column: mean difference, 95 % CI, paired t-test p-value, (n)
     common seeds; the paper's difference of means beside it where ``paper`` is given."""
-    index = rows.index("method")
-    header = list(rows)
-    for col in col_keys:
+    header = list(g.rows)
+    for col in g.col_keys:
         header += [_label(col)] + (["paper Δ"] if paper is not None else [])
     out = Table(title, header, [])
-    for vrnl_row, base_row in vrnl_pairs(row_keys, rows):
-        line = [DASH if v is None else str(v) for v in vrnl_row]
-        line[index] = f"{vrnl_row[index]} − {base_row[index]}"
-        for col in col_keys:
-            a, b = table[vrnl_row].get(col), table[base_row].get(col)
-            line.append(fmt_paired(paired_difference(a.values, b.values) if a and b else None))
+    for vrnl_row, base_row in vrnl_pairs(g):
+        line = pair_label(g, vrnl_row, base_row)
+        for col in g.col_keys:
+            line.append(fmt_paired(pair_statistics(g, vrnl_row, base_row, col)))
             if paper is not None:
-                fields = dict(zip(rows, vrnl_row, strict=True)) | dict(zip(cols, col, strict=True))
-                ours, theirs = _paper_value(paper, fields), None
-                if ours is not None:
-                    theirs = _paper_value(paper, fields, method=str(base_row[index]))
-                line.append(DASH if theirs is None else f"{ours[0] - theirs[0]:+.2f}")
+                fields = g.fields(vrnl_row, col)
+                ours = _paper_value(paper, fields)
+                theirs = _paper_value(paper, fields, method=str(base_row[g.rows.index("method")]))
+                line.append(
+                    DASH if ours is None or theirs is None else f"{ours[0] - theirs[0]:+.2f}"
+                )
         out.rows.append(line)
     out.notes.append(
         "VRNL minus base in percentage points over the seeds both have: mean [95 % CI, t "
@@ -208,24 +200,15 @@ def to_latex(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_csv(
-    table: Mapping[tuple, Mapping[tuple, Cell]],
-    row_keys: Sequence[tuple],
-    col_keys: Sequence[tuple],
-    rows: Sequence[str],
-    cols: Sequence[str],
-    metric: str,
-    paired: bool,
-    paper: Mapping | None,
-) -> str:
+def to_csv(g: Grouped, paired: bool, paper: Mapping | None) -> str:
     """One line per cell (and per VRNL/base pair with ``paired``), numbers unrounded."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(
         [
             "kind",
-            *rows,
-            *cols,
+            *g.rows,
+            *g.cols,
             "metric",
             "n",
             "mean",
@@ -238,47 +221,39 @@ def to_csv(
             "paper_std",
         ]
     )
-    for col in col_keys:
-        means = [table[r][col].mean for r in row_keys if col in table[r]]
-        for row in row_keys:
-            cell = table[row].get(col)
+    for col in g.col_keys:
+        for row in g.row_keys:
+            cell = g.cell(row, col)
             if cell is None:
                 continue
-            fields = dict(zip(rows, row, strict=True)) | dict(zip(cols, col, strict=True))
-            pub = _paper_value(paper, fields) if paper is not None else None
+            pub = _paper_value(paper, g.fields(row, col)) if paper is not None else None
+            pub = pub or ("", "")
             writer.writerow(
                 [
                     "cell",
                     *row,
                     *col,
-                    metric,
+                    g.metric,
                     cell.n,
                     cell.mean,
                     cell.std,
-                    cell.mean == max(means),
+                    cell.mean == g.best(col),
                     "",
                     "",
                     "",
-                    pub[0] if pub else "",
-                    pub[1] if pub and pub[1] is not None else "",
+                    pub[0],
+                    "" if pub[1] is None else pub[1],
                 ]
             )
-        if paired:
-            for vrnl_row, base_row in vrnl_pairs(row_keys, rows):
-                a, b = table[vrnl_row].get(col), table[base_row].get(col)
-                result = paired_difference(a.values, b.values) if a and b else None
-                if result is None:
-                    continue
-                label = list(vrnl_row)
-                label[rows.index("method")] = (
-                    f"{vrnl_row[rows.index('method')]} - {base_row[rows.index('method')]}"
-                )
+        for vrnl_row, base_row in vrnl_pairs(g) if paired else []:
+            result = pair_statistics(g, vrnl_row, base_row, col)
+            if result is not None:
                 writer.writerow(
                     [
                         "paired",
-                        *label,
+                        *pair_label(g, vrnl_row, base_row, "-"),
                         *col,
-                        metric,
+                        g.metric,
                         result.n,
                         result.mean,
                         "",

@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from noisylabels.config import read_composed
+from noisylabels.config import listed_files, read_composed, read_yaml
 from noisylabels.errors import InputError, MissingFileError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -118,23 +118,11 @@ def _entry(path: Path, where: str, value: Any) -> tuple[list[Path], dict[str, An
     if not isinstance(value, Mapping):
         raise InputError(f"{path}: {where} must be a mapping of options (and '{CONFIG_KEY}')")
     options = dict(value)
-    configs = options.pop(CONFIG_KEY, [])
-    configs = [configs] if isinstance(configs, str) else configs
-    if not isinstance(configs, list) or not all(isinstance(c, str) for c in configs):
-        raise InputError(f"{path}: {where}: '{CONFIG_KEY}' must be a path or a list of paths")
     for key in options:
         if not isinstance(key, str) or key.startswith("-"):
             raise InputError(f"{path}: {where}: option {key!r} is written without dashes")
-    resolved = []
-    for config in configs:
-        file = (path.parent / config).expanduser()
-        if not file.is_file():
-            raise MissingFileError(
-                f"{path}: {where} names config {config}, but {file} does not exist "
-                "(config paths are relative to the sweep file)"
-            )
-        resolved.append(file.resolve())
-    return resolved, options
+    configs = listed_files(path, options.pop(CONFIG_KEY, []), f"{where}: '{CONFIG_KEY}'")
+    return [c.resolve() for c in configs], options
 
 
 def _axis(path: Path, axis: str, spec: Any) -> dict[str, tuple[list[Path], dict[str, Any]]]:
@@ -203,10 +191,7 @@ def load_sweep(
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"sweep file {path} does not exist (e.g. configs/sweeps/*.yaml)")
-    try:
-        content = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise InputError(f"{path} is not valid YAML: {err}") from None
+    content = read_yaml(path)
     if not isinstance(content, Mapping):
         raise InputError(f"{path}: a sweep file is a mapping with {', '.join(SECTIONS)}")
     unknown = sorted(set(content) - set(SECTIONS))
