@@ -27,8 +27,15 @@ def build_parser() -> Any:
         description="Tables of test accuracy (mean ± std over seeds) from the results.json files "
         "under RUNS_DIR; with --paired, VRNL against its base method seed by seed.",
     )
-    p.add_argument("runs_dir", type=Path, metavar="RUNS_DIR")
-    p.add_argument("--format", choices=("markdown", "latex", "csv"), default="markdown")
+    p.add_argument(
+        "runs_dir", type=Path, metavar="RUNS_DIR", help="folder searched for results.json files"
+    )
+    p.add_argument(
+        "--format",
+        choices=("markdown", "latex", "csv"),
+        default="markdown",
+        help="markdown (default), latex (booktabs tabular) or csv (one line per cell)",
+    )
     p.add_argument(
         "--rows", default="method", help="comma-separated fields of the rows (default: method)"
     )
@@ -42,7 +49,7 @@ def build_parser() -> Any:
         help="best: the selected checkpoint's test accuracy; last: the last epoch's",
     )
     p.add_argument("--paired", action="store_true", help="add VRNL − base per seed, CI, p-value")
-    p.add_argument("--paper", action="store_true", help="the paper's published numbers beside")
+    p.add_argument("--paper", action="store_true", help="the paper's published numbers beside ours")
     p.add_argument(
         "--kind", choices=("table", "bias"), default="table", help="bias: accuracy vs ε_T (PNG)"
     )

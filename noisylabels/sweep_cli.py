@@ -42,7 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep only the runs with these axis values (repeatable)",
     )
     p.add_argument("--dry-run", action="store_true", help="print the runs and exit")
-    p.add_argument("--launcher", choices=("local", "slurm"), default="local")
+    p.add_argument(
+        "--launcher",
+        choices=("local", "slurm"),
+        default="local",
+        help="local: processes on this machine (default); slurm: one SLURM job array",
+    )
     local = p.add_argument_group("local launcher")
     local.add_argument("--parallel", type=int, default=1, help="processes at a time")
     local.add_argument(
