@@ -159,27 +159,31 @@ def _value_name(axes: Mapping[str, Any], axis: str, value: str) -> str:
     return f"{axis}-{value}" if value not in names and f"{axis}-{value}" in names else value
 
 
-def _matches(point: Mapping[str, str], where: Mapping[str, Any]) -> bool:
-    for axis, wanted in where.items():
-        wanted = [wanted] if isinstance(wanted, str) else list(wanted)
-        if point[axis] not in wanted:
-            return False
-    return True
+def _matches(point: Mapping[str, str], where: Mapping[str, list[str]]) -> bool:
+    return all(point[axis] in wanted for axis, wanted in where.items())
 
 
-def _check_where(path: Path, where: Any, axes: Mapping[str, Any], what: str) -> None:
+def _check_where(
+    path: Path, where: Any, axes: Mapping[str, Any], what: str
+) -> dict[str, list[str]]:
+    """``where`` (axis -> value name(s); a ``values`` axis's values may be bare) checked
+    against the axes, as axis -> list of value names."""
     if not isinstance(where, Mapping) or not where:
         raise InputError(f"{path}: {what} needs 'where': a mapping of axis -> value(s)")
+    checked = {}
     for axis, wanted in where.items():
         if axis not in axes:
             raise InputError(f"{path}: {what} names axis {axis!r}; axes: {', '.join(axes)}")
-        wanted = [wanted] if isinstance(wanted, str) else wanted
-        unknown = [w for w in wanted if w not in axes[axis]]
+        wanted = wanted if isinstance(wanted, list) else [wanted]
+        names = [_value_name(axes, axis, str(w)) for w in wanted]
+        unknown = [n for n in names if n not in axes[axis]]
         if unknown:
             raise InputError(
-                f"{path}: {what} names {axis} value(s) {', '.join(map(str, unknown))}; "
+                f"{path}: {what} names {axis} value(s) {', '.join(unknown)}; "
                 f"values: {', '.join(axes[axis])}"
             )
+        checked[axis] = names
+    return checked
 
 
 def load_sweep(
@@ -210,14 +214,14 @@ def load_sweep(
     rules = content.get("rules") or []
     if not isinstance(rules, list):
         raise InputError(f"{path}: 'rules' must be a list of {{where, args}}")
+    checked_rules = []
     for i, rule in enumerate(rules):
         rule = rule if isinstance(rule, Mapping) else {}
-        _check_where(path, rule.get("where"), axes, f"rule {i + 1}")
+        rule_where = _check_where(path, rule.get("where"), axes, f"rule {i + 1}")
         if not isinstance(rule.get("args"), Mapping):
             raise InputError(f"{path}: rule {i + 1} needs 'args': the options it sets")
-    where = {axis: [_value_name(axes, axis, v) for v in vs] for axis, vs in (where or {}).items()}
-    if where:
-        _check_where(path, where, axes, "--where")
+        checked_rules.append((rule_where, dict(rule["args"])))
+    where = _check_where(path, where, axes, "--where") if where else {}
     root = Path(root)
     runs = []
     for values in itertools.product(*(entries.items() for entries in axes.values())):
@@ -228,9 +232,9 @@ def load_sweep(
         for _, (value_configs, value_args) in values:
             configs += value_configs
             args.update(value_args)
-        for rule in rules:
-            if _matches(point, rule["where"]):
-                args.update(rule["args"])
+        for rule_where, rule_args in checked_rules:
+            if _matches(point, rule_where):
+                args.update(rule_args)
         folder = root.joinpath(name, *point.values())
         runs.append(Run(point=point, folder=folder, configs=configs, args=args))
     axis_names = {axis: list(entries) for axis, entries in axes.items()}
