@@ -154,6 +154,8 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
         "VRNL minus base in percentage points over the seeds both have: mean [95 % CI, t "
         "distribution], two-sided paired t-test p-value, (n) seeds"
     )
+    if not out.rows:
+        out.notes.insert(0, "no pairs: no X-VRNL row has its X row (with the same other fields)")
     return out
 
 

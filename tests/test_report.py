@@ -123,6 +123,11 @@ def test_latex_and_csv(tmp_path: Path) -> None:
     assert float(pair["ci_low"]) == pytest.approx(1 - HALF)
 
 
+def test_paired_without_pairs_says_so(tmp_path: Path) -> None:
+    out = report(write_runs(tmp_path, RUNS[:3]), "--paired")
+    assert "no pairs: no X-VRNL row has its X row" in out
+
+
 def test_cells_with_two_runs_of_one_seed_need_another_field(tmp_path: Path, capsys) -> None:
     runs = [("Forward-VRNL", 0.1, SYM, 0, 0.97, 0.96), ("Forward-VRNL", 0.2, SYM, 0, 0.98, 0.97)]
     root = tmp_path / "a"
