@@ -46,7 +46,11 @@ TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": 80, "devices": 1, "default_roo
 LIGHTNING_CKPT_NAMES = ("best", "hpc", "registry")
 
 # name -> (module, function): project subcommands beside Lightning's stages.
-EXTRA_COMMANDS: dict[str, tuple[str, str]] = {"plot": ("noisylabels.plot", "main")}
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
+    "plot": ("noisylabels.plot", "main"),
+    "sweep": ("noisylabels.sweep_cli", "main"),
+    "report": ("noisylabels.report_cli", "main"),
+}
 
 
 class SaveConfigToTensorBoard(SaveConfigCallback):

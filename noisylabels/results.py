@@ -56,6 +56,7 @@ def build_results(
     if val_acc is None:
         val_acc = _number(trainer.callback_metrics.get("val/acc"))
     test_acc = _number((test_metrics or {}).get("test/acc"))
+    test_acc_last = _number((test_metrics or {}).get("test/acc_last"))
     hp = dict(getattr(model, "hparams", {}))
     return {
         "method": getattr(model, "method_name", type(model).__name__),
@@ -71,6 +72,9 @@ def build_results(
         "monitor_score": score,
         "val_acc": val_acc,
         "test_acc": test_acc,
+        "last_epoch": trainer.current_epoch - 1 if trainer.current_epoch > 0 else None,
+        "test_acc_last": test_acc_last,
+        "estimation_epoch": getattr(model, "estimation_epoch", None),
         "t_estimation_error": transition_error(model, datamodule),
         "wall_time_s": wall_time_s,
         "checkpoint": path,

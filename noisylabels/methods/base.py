@@ -61,6 +61,14 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
             stage, after any warm-up; ``start``: from epoch 0.
         warmup_epochs: epochs of plain cross-entropy (VRNL off) before the method's own
             objective, for methods with a warm-up stage.
+        warmup_model: which warm-up model the estimation point (T̂) sees: ``last`` epoch's or
+            ``best`` (highest noisy-validation accuracy, i.e. early stopping: T-Revision, Dual-T).
+        main_stage_init: what the method's own stage starts from: ``continue`` (the last warm-up
+            network and its optimizer state; the VRNL paper's Reweight), ``reinit`` (a newly
+            initialised network, fresh optimizer state; Patrini's Forward, Dual-T) or
+            ``restart`` (the estimation model, fresh optimizer state; T-Revision).
+        warmup_momentum: SGD momentum during the warm-up (T-Revision and Dual-T: 0); ``None``
+            keeps ``momentum``. The three warm-up options act only in runs with a warm-up.
         pretrained: start from ImageNet weights (``resnet50`` only; from torchvision's local
             cache or ``weights_path``).
         weights_path: a state-dict file of pretrained backbone weights.
@@ -85,6 +93,9 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
         lr_gamma: float = 0.1,
         milestones_from: str = "main",
         warmup_epochs: int = 0,
+        warmup_model: str = "last",
+        main_stage_init: str = "continue",
+        warmup_momentum: float | None = None,
         pretrained: bool = False,
         weights_path: str | None = None,
         backbone_kwargs: dict[str, Any] | None = None,
@@ -106,6 +117,13 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
             raise InputError(f"--model.lr must be positive, got {lr}")
         if int(warmup_epochs) < 0:
             raise InputError(f"--model.warmup_epochs must be >= 0, got {warmup_epochs}")
+        if warmup_momentum is not None and not 0.0 <= warmup_momentum < 1.0:
+            raise InputError(f"--model.warmup_momentum must be in [0, 1), got {warmup_momentum}")
+        if warmup_momentum is not None and optimizer != "sgd":
+            raise InputError(
+                f"--model.warmup_momentum is SGD's momentum; optimizer {optimizer!r} has none "
+                "(set --model.warmup_momentum null)"
+            )
         self.save_hyperparameters()
         self.num_classes = num_classes
         self.alpha = float(alpha)
@@ -119,6 +137,10 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
         # rank 0 before every training forward, which would overwrite the other processes' sums
         self.epoch_stats = EpochStatistics()
         self._steps: list[StepOutput] = []
+
+    #: the name the clean test accuracy is logged under (``run.fit_and_test`` tests the
+    #: last-epoch model as ``test/acc_last`` before the selected checkpoint as ``test/acc``)
+    test_metric: str = "test/acc"
 
     def build_network(self) -> nn.Module:
         """A new backbone as the options describe (also used to add further networks)."""
@@ -262,8 +284,10 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
         self.val_acc.update(probs.argmax(1), batch["label"])
 
     def on_validation_epoch_end(self) -> None:
+        acc = self.val_acc.compute()
         self.log("val/loss", self.val_loss.compute())
-        self.log("val/acc", self.val_acc.compute(), prog_bar=True)
+        self.log("val/acc", acc, prog_bar=True)
+        self.record_warmup_score(float(acc))
         self.val_loss.reset()
         self.val_acc.reset()
 
@@ -273,7 +297,7 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
         self.test_acc.update(logits.argmax(1), batch["label"])
 
     def on_test_epoch_end(self) -> None:
-        self.log("test/acc", self.test_acc.compute())
+        self.log(self.test_metric, self.test_acc.compute())
         self.test_acc.reset()
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:

@@ -16,12 +16,30 @@ class Optimization:
     ``automatic_optimization = False`` and several optimizers."""
 
     def make_optimizer(self, params: Any, name: str, lr: float, weight_decay: float) -> Any:
-        """Build ``sgd`` (with the module's momentum) or ``adam`` over ``params``."""
+        """Build ``sgd`` (with the current stage's momentum: ``warmup_momentum`` in a warm-up
+        where it is set, else ``momentum``) or ``adam`` over ``params``."""
         if name == "sgd":
             return torch.optim.SGD(
-                params, lr=lr, momentum=self.hparams.momentum, weight_decay=weight_decay
+                params, lr=lr, momentum=self.stage_momentum(), weight_decay=weight_decay
             )
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+
+    def _torch_optimizers(self) -> list[Any]:
+        trainer = self._trainer
+        return list(trainer.optimizers) if trainer is not None else []
+
+    def set_optimizer_momentum(self, momentum: float) -> None:
+        """Set the momentum of every SGD optimizer (at the start of the method's own stage)."""
+        for optimizer in self._torch_optimizers():
+            if isinstance(optimizer, torch.optim.SGD):
+                for group in optimizer.param_groups:
+                    group["momentum"] = momentum
+
+    def reset_optimizer_state(self) -> None:
+        """Drop every optimizer's state (momentum buffers, Adam's moments and step counts), as
+        a newly made optimizer has none; learning rates and schedules are kept."""
+        for optimizer in self._torch_optimizers():
+            optimizer.state.clear()
 
     def make_scheduler(self, optimizer: Any) -> Any:
         """MultiStepLR with the module's milestones (counted from the start of the method's
