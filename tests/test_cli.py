@@ -39,7 +39,8 @@ def _fast_dev_run(config: Path, run_cli, tmp_path: Path, dirs: dict[str, Path]) 
     )
     results = read_results(tmp_path)
     assert results["test_acc"] is not None and 0.0 <= results["test_acc"] <= 1.0
-    if results["method"].startswith(("Reweight", "VolMinNet")):  # a T̂: it lands in the run dir
+    # methods with a T̂: its error and the estimate land in the run dir
+    if results["method"].startswith(("Forward", "Reweight", "VolMinNet", "TRevision", "PTD")):
         assert results["t_estimation_error"] is not None
         assert next(tmp_path.rglob("transition_estimate.csv")).is_file()
 
