@@ -76,17 +76,22 @@ class PTD(NoisyLabelMethod):
             )
         c, r = self.num_classes, int(parts)
         self.register_buffer("part_matrices", torch.eye(c).expand(r, c, c).clone())
-        # w(x) of every sample of the training set (train and validation split), by dataset
-        # index; sized at the estimation point (and by a loaded checkpoint)
-        self.register_buffer("weights", torch.full((0, r), 1.0 / r))
         self.register_buffer("mean_weights", torch.full((r,), 1.0 / r))
-        self.register_load_state_dict_pre_hook(_resize_weights)
+        # w(x) of every sample of the training set (train and validation split), by dataset
+        # index, set at the estimation point. Part of the state dict (checkpoints) but not a
+        # buffer, which DDP would broadcast before every training step.
+        self.weights = torch.empty(0, r)
+        save_hook = getattr(self, "register_state_dict_post_hook", None)
+        (save_hook or self._register_state_dict_hook)(_save_weights)
+        self.register_load_state_dict_pre_hook(_load_weights)
 
     # ---------------------------------------------------------------- T(x)
     def sample_weights(self, index: Tensor | None, n: int) -> Tensor:
         """``w(x)`` of the samples ``index`` (the training split's mean where unknown)."""
         if index is None or len(self.weights) == 0:
             return self.mean_weights.expand(n, -1)
+        if self.weights.device != index.device:
+            self.weights = self.weights.to(index.device)
         return self.weights[index]
 
     def transition_at(self, index: Tensor) -> Tensor:
@@ -170,8 +175,13 @@ def _classifier_inputs(net: nn.Module) -> Iterator[list[Tensor]]:
         handle.remove()
 
 
-def _resize_weights(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-    """Before loading a checkpoint: size the per-sample weights buffer like the saved one."""
-    saved = state_dict.get(prefix + "weights")
-    if saved is not None and saved.shape != module.weights.shape:
-        module.weights = torch.empty_like(saved, device=module.weights.device)
+def _save_weights(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """``state_dict`` hook: the per-sample part weights go into the state dict."""
+    state_dict[prefix + "weights"] = module.weights.detach().cpu()
+
+
+def _load_weights(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """``load_state_dict`` pre-hook: take the per-sample part weights out of the state dict."""
+    saved = state_dict.pop(prefix + "weights", None)
+    if saved is not None:
+        module.weights = saved.to(module.mean_weights.device, torch.float32)
