@@ -260,7 +260,7 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule)
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """Validation: the stage's loss, and the accuracy of ``noisy_posterior(p)`` against
         noisy labels (of ``p`` itself in a warm-up, or where the data module validates on clean
-        labels); for every network, the loss for network 0."""
+        labels): the accuracy of every network, the loss of network 0."""
         datamodule = getattr(self.trainer, "datamodule", None)
         noisy = not (self.in_warmup or getattr(datamodule, "clean_validation", False))
         for k, accuracy in enumerate(self._accuracies("val")):
