@@ -19,6 +19,7 @@ from noisylabels.methods.losses import apply_transition
 from noisylabels.methods.selection import small_loss_mask
 from noisylabels.methods.trevision import revise_transition
 from noisylabels.noise import (
+    anchor_transition,
     fit_part_transitions,
     part_noisy_posterior,
     part_transition,
@@ -313,6 +314,12 @@ def test_ptd_parts_from_features_and_part_matrices_from_anchor_points() -> None:
     probs = torch.softmax(torch.randn(60, C) * 3, 1)
     A = fit_part_transitions(probs, weights, [0.97, 0.98, 0.99], steps=50)
     assert A.shape == (4, C, C) and torch.allclose(A.sum(2), torch.ones(4, C))
+    # the ridge pulls every part toward the anchor estimate T̂
+    T_hat = anchor_transition(probs, True, 0.97)
+    tight = fit_part_transitions(probs, weights, [0.97, 0.98, 0.99], ridge=100.0, steps=100)
+    assert (tight - T_hat).abs().max() < 0.05
+    loose = fit_part_transitions(probs, weights, [0.97, 0.98, 0.99], ridge=0.0, steps=100)
+    assert (loose - T_hat).abs().max() > (tight - T_hat).abs().max()
 
 
 def test_ptd_method_T_of_x_by_sample_and_checkpoint_round_trip() -> None:

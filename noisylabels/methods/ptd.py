@@ -32,8 +32,9 @@ from torch import Tensor, nn
 from noisylabels.errors import InputError
 from noisylabels.methods.base import NoisyLabelMethod
 from noisylabels.methods.losses import importance_weights
-from noisylabels.methods.transition import transition_error
+from noisylabels.methods.transition import true_transition
 from noisylabels.noise import (
+    estimation_error,
     fit_part_transitions,
     part_noisy_posterior,
     part_transition,
@@ -50,6 +51,9 @@ class PTD(NoisyLabelMethod):
         anchor_quantiles: first and last outlier quantile (fractions) of the ``parts`` anchor
             points per class that the part matrices are fitted to (reference: 0.97 to 0.99).
         nmf_max_iter: iterations of scikit-learn's NMF.
+        ridge: weight of the penalty pulling every part matrix toward the anchor estimate T̂
+            (see :func:`~noisylabels.noise.fit_part_transitions`); 0 is the plain least
+            squares of the reference.
         **kwargs: see :class:`~noisylabels.methods.base.NoisyLabelMethod`.
     """
 
@@ -59,6 +63,7 @@ class PTD(NoisyLabelMethod):
         warmup_epochs: int = 20,
         anchor_quantiles: Sequence[float] = (0.97, 0.99),
         nmf_max_iter: int = 200,
+        ridge: float = 0.1,
         **kwargs: Any,
     ) -> None:
         super().__init__(warmup_epochs=warmup_epochs, **kwargs)
@@ -68,6 +73,8 @@ class PTD(NoisyLabelMethod):
             raise InputError(
                 "PTD estimates its parts from a warm-up model; --model.warmup_epochs must be > 0"
             )
+        if ridge < 0:
+            raise InputError(f"ridge must be >= 0, got {ridge}")
         low, high = (float(q) for q in anchor_quantiles)
         if not 0.0 < low <= high <= 1.0:
             raise InputError(
@@ -103,11 +110,13 @@ class PTD(NoisyLabelMethod):
         weights = self.sample_weights(index, len(probs))
         return part_noisy_posterior(probs, weights, self.part_matrices)
 
+    def mean_transition(self) -> Tensor:
+        """The mean ``T(x)`` over the training split: ``Σ_r mean(w_r) A_r``."""
+        return part_transition(self.mean_weights[None], self.part_matrices)[0]
+
     def transition(self) -> Tensor | None:
         """The mean ``T(x)`` over the training split (``None`` before the estimate)."""
-        if self.in_warmup:
-            return None
-        return part_transition(self.mean_weights[None], self.part_matrices)[0]
+        return None if self.in_warmup else self.mean_transition()
 
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         logits = logits.float()
@@ -131,15 +140,16 @@ class PTD(NoisyLabelMethod):
         weights, error = part_weights(features, hp.parts, hp.nmf_max_iter, seed=0)
         low, high = (float(q) for q in hp.anchor_quantiles)
         quantiles = torch.linspace(low, high, hp.parts).tolist()
-        part_matrices = fit_part_transitions(probs, weights[:n_train], quantiles)
+        part_matrices = fit_part_transitions(probs, weights[:n_train], quantiles, hp.ridge)
         all_weights = torch.full((len(trainer.datamodule.noisy_labels), hp.parts), 1.0 / hp.parts)
         all_weights[index] = weights
         strategy = trainer.strategy
         self.weights = strategy.broadcast(all_weights, src=0).to(self.device)
         self.part_matrices.copy_(strategy.broadcast(part_matrices, src=0))
         self.mean_weights.copy_(strategy.broadcast(weights[:n_train].mean(0), src=0))
-        report = transition_error(self, trainer.datamodule)
-        err = "" if report is None else f"; mean T(x): ε_T = {report:.4f}"
+        true_t = true_transition(trainer.datamodule)
+        mean_t = self.mean_transition().cpu()
+        err = "" if true_t is None else f"; mean T(x): ε_T = {estimation_error(true_t, mean_t):.4f}"
         rank_zero_info(
             f"PTD: {hp.parts} parts of the {features.shape[1]}-d features of {len(features)} "
             f"samples (NMF relative error {error:.3f}) at epoch {self.current_epoch}{err}"
