@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
@@ -36,7 +37,7 @@ from noisylabels.failures import (
     paragraph,
     user_error,
 )
-from noisylabels.methods import NoisyLabelMethod
+from noisylabels.methods import NoisyLabelMethod, describe_methods
 from noisylabels.run import fit_and_test
 
 # the paper's protocol and the project's layout, where a config does not say otherwise
@@ -69,6 +70,23 @@ class SaveConfigToTensorBoard(SaveConfigCallback):
                 logger.experiment.add_text("config", block)
 
 
+class HelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help formatter, keeping the line breaks of group descriptions (the list
+    of methods under ``--model``)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "".join(indent + line for line in text.splitlines(keepends=True))
+
+
+def methods_help() -> str:
+    """The methods of ``--model``, one line each."""
+    lines = describe_methods().splitlines()
+    return (
+        "Methods: --model NAME (or noisylabels.methods.NAME); its options: --model.help NAME\n"
+        + "\n".join("  " + line for line in lines)
+    )
+
+
 class NoisyLabelsCLI(LightningCLI):
     """LightningCLI with the project's checkpointing, links and post-fit test."""
 
@@ -76,6 +94,7 @@ class NoisyLabelsCLI(LightningCLI):
         """Lightning's parser with a ``--config`` that understands ``compose:``."""
         kwargs.setdefault("dump_header", [f"lightning.pytorch=={L.__version__}"])
         kwargs.setdefault("exit_on_error", False)  # parse errors: one paragraph, see run()
+        kwargs.setdefault("formatter_class", HelpFormatter)
         parser = self.parser_class(**kwargs)
         parser.add_argument(
             "-c",
@@ -87,6 +106,8 @@ class NoisyLabelsCLI(LightningCLI):
         return parser
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        if "model" in parser.groups:
+            parser.groups["model"].description = methods_help()
         parser.add_lightning_class_args(WarmupAwareCheckpoint, "checkpoint")
         parser.set_defaults(
             {
@@ -192,6 +213,11 @@ def run(args: list[str] | None = None) -> NoisyLabelsCLI | Any:
     extra = _dispatch_extra(argv)
     if extra is not None:
         return extra(argv[1:])
+    if "--model.help" in argv:  # without a method name: the list of methods
+        after = argv.index("--model.help") + 1
+        if after == len(argv) or argv[after].startswith("-"):
+            print(methods_help())
+            raise SystemExit(0)
     # the project's epoch values are already reduced over DDP processes (torchmetrics' compute,
     # strategy.reduce) when they are logged: Lightning's advice to add sync_dist does not apply
     warnings.filterwarnings(

@@ -71,9 +71,16 @@ def noise_label(noise: Mapping[str, Any] | None) -> str:
     return label if rate is None or kind in ("real", "none") else f"{label}-{100 * rate:g}%"
 
 
+# our method names whose paper row has another name: the paper's "Dual T" row is Dual-T's T̂ in
+# Forward (docs/methods.md, Dual-T)
+PAPER_ALIASES = {"forwarddualt": "dualt"}
+
+
 def method_key(name: str) -> str:
-    """A method name for matching the paper's: lower case, letters and digits only."""
-    return re.sub(r"[^a-z0-9]", "", name.lower())
+    """A method name for matching the paper's: lower case, letters and digits only, with
+    :data:`PAPER_ALIASES` applied."""
+    key = re.sub(r"[^a-z0-9]", "", name.lower())
+    return PAPER_ALIASES.get(key, key)
 
 
 def base_method(name: str) -> str | None:

@@ -242,11 +242,15 @@ def load_sweep(
 
 
 # ------------------------------------------------------------------------ what runs name
-def _class_path(run: Run, section: str) -> str | None:
-    """The ``model``/``data`` class a run names (its configs, then its options; last wins)."""
+def _class_path(run: Run, section: str, cache: dict[Path, list] | None = None) -> str | None:
+    """The ``model``/``data`` class a run names (its configs, then its options; last wins);
+    ``cache`` keeps each config file's composed content across runs."""
     found = None
+    cache = {} if cache is None else cache
     for config in run.configs:
-        for _, content, _ in read_composed(config):
+        if config not in cache:
+            cache[config] = read_composed(config)
+        for _, content, _ in cache[config]:
             value = (content or {}).get(section) if isinstance(content, Mapping) else None
             if isinstance(value, Mapping) and value.get("class_path"):
                 found = value["class_path"]
@@ -285,9 +289,10 @@ def check_classes(sweep: Sweep) -> None:
         "data": ("dataset", "noisylabels.data", NoisyDataModule),
     }
     seen: dict[tuple[str, str | None], bool] = {}
+    composed: dict[Path, list] = {}
     for run in sweep.runs:
         for section, (what, package, base) in kinds.items():
-            name = _class_path(run, section)
+            name = _class_path(run, section, composed)
             if (section, name) not in seen:
                 seen[(section, name)] = name is not None and bool(
                     _resolve_class(name, package, base)

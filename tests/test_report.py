@@ -184,3 +184,19 @@ def test_report_errors(tmp_path: Path, capsys) -> None:
         with pytest.raises(SystemExit):
             report(*args)
         assert message in capsys.readouterr().err
+
+
+def test_dual_t_runs_are_their_own_rows_and_match_the_papers_dual_t(tmp_path: Path) -> None:
+    from noisylabels.methods import Forward
+    from noisylabels.report import method_key
+
+    assert Forward(transition="estimate", estimator="dual_t").method_name == "Forward-DualT"
+    assert Forward(transition="estimate", estimator="dual_t", alpha=0.1).method_name == (
+        "Forward-DualT-VRNL"
+    )
+    assert Forward(transition="estimate").method_name == "Forward"
+    assert method_key("Forward-DualT") == method_key("Dual T") == "dualt"
+    runs = [("Forward-DualT", 0.0, SYM, 0, 0.984, 0.980), *RUNS[:3]]
+    lines = report(write_runs(tmp_path, runs), "--paper").splitlines()
+    assert "| Forward-DualT | **98.40 (1)** | 98.43 ± 0.05 |" in lines
+    assert any(line.startswith("| Forward | 97.50 ± 0.50 (3) |") for line in lines)

@@ -106,9 +106,9 @@ def test_dry_run_prints_every_run_and_what_is_done(tmp_path: Path, capsys) -> No
             SWEEP.replace(
                 "    forward: {{model.alpha: 0.0}}\n",
                 "    forward: {{model.alpha: 0.0}}\n"
-                "    coteach: {{model: noisylabels.methods.CoTeaching}}\n",
+                "    jocor: {{model: noisylabels.methods.JoCoR}}\n",
             ),
-            "names method 'noisylabels.methods.CoTeaching'",
+            "names method 'noisylabels.methods.JoCoR'",
         ),
         (
             SWEEP + "  - where: {{method: forward}}\n    args: {{data: noisylabels.data.SVHN}}\n",
@@ -319,3 +319,37 @@ def test_real_runs_through_the_sweep(tmp_path: Path, capsys) -> None:
     results = json.loads(next((root / "real" / "sym-0.2").rglob("results.json")).read_text())
     assert results["test_acc"] is not None and results["test_acc_last"] is not None
     assert "noise_file" in (root / "real" / "nofile" / "fit.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "runs", "methods"),
+    [
+        ("table1_mnist", 360, 12),
+        ("table1_cifar10", 360, 12),
+        ("table1_cifar100", 360, 12),
+        ("table2_clothing1m", 13, 13),
+    ],
+)
+def test_shipped_table_sweeps_list_every_method_of_the_papers_tables(
+    name: str, runs: int, methods: int, tmp_path: Path
+) -> None:
+    """The shipped table sweeps expand to the documented run counts, name only methods and
+    datasets this project has, and have a row for every method of the paper's table."""
+    from noisylabels.report import load_paper, method_key
+    from noisylabels.sweep import check_classes
+
+    sweep = load_sweep(CONFIGS / "sweeps" / f"{name}.yaml", tmp_path)
+    assert len(sweep.runs) == runs
+    check_classes(sweep)
+    rows = {run.name.split("/")[0] for run in sweep.runs}
+    assert len(rows) == methods
+    table = "table2" if name.startswith("table2") else "table1"
+    dataset = {"table1_mnist": "MNIST", "table1_cifar10": "CIFAR-10"}.get(name)
+    paper = {
+        key
+        for (ds, _, key) in load_paper()
+        if (ds == "Clothing1M") == (table == "table2") and (dataset is None or ds == dataset)
+    }
+    # the sweep's row names, as method names: forward_vrnl -> forwardvrnl, dualt -> dualt
+    ours = {method_key(row.replace("volmin", "volminnet")) for row in rows}
+    assert paper <= ours, paper - ours

@@ -324,14 +324,14 @@ class NoisyDataModule(L.LightningDataModule):
         dataset = self._clean_dataset(self.data.test_images, self.data.test_labels, "test")
         return self._loader(dataset, self.eval_batch_size, False)
 
-    def train_eval_dataloader(self) -> DataLoader:
-        """The training split in order, without augmentation (for T estimation and statistics)."""
-        return self._loader(
-            self._split_dataset(self.train_indices, "train_eval"),
-            self.eval_batch_size,
-            False,
-            False,
-        )
+    def train_eval_dataloader(self, split: str = "train") -> DataLoader:
+        """The training split in order, without augmentation (for T estimation and statistics);
+        ``split="val"``: the noisy validation split of the training set, likewise."""
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        indices = self.train_indices if split == "train" else self.val_indices
+        name = "train_eval" if split == "train" else "val"
+        return self._loader(self._split_dataset(indices, name), self.eval_batch_size, False, False)
 
     def train_eval_batches(
         self,
@@ -339,6 +339,7 @@ class NoisyDataModule(L.LightningDataModule):
         limit: int | float | None = None,
         rank: int = 0,
         world_size: int = 1,
+        split: str = "train",
     ) -> Iterator[dict[str, Tensor]]:
         """Batches of :meth:`train_eval_dataloader` on ``device``, normalized, never augmented:
         what T estimation and exact training statistics run the model over.
@@ -347,8 +348,9 @@ class NoisyDataModule(L.LightningDataModule):
             limit: as Lightning's ``limit_*_batches``: an int caps the number of batches, a
                 float below 1 keeps that fraction of them (at least one).
             rank, world_size: keep every ``world_size``-th batch, starting at ``rank``.
+            split: ``train``, or ``val`` for the noisy validation split.
         """
-        loader = self.train_eval_dataloader()
+        loader = self.train_eval_dataloader(split)
         n = len(loader)
         if isinstance(limit, int):
             n = min(n, limit)

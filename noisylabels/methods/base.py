@@ -13,7 +13,10 @@ What the base owns, so that a method is a small file:
   the method's own stage (``milestones_from: main``) unless set otherwise;
 * manual optimization: a method that sets ``automatic_optimization = False`` and returns several
   optimizers from ``configure_optimizers`` has them all stepped once per batch, through the
-  precision plugin's loss scaler, with their LR schedulers stepped once per epoch.
+  precision plugin's loss scaler, with their LR schedulers stepped once per epoch;
+* further networks: :meth:`~NoisyLabelMethod.add_network` gives a method a second (third, ...)
+  backbone with its own optimizer, validated and tested beside network 0, which stays the one
+  model selection and the clean test accuracy use.
 
 Methods that model the noise with a transition matrix also override
 :meth:`~NoisyLabelMethod.noisy_posterior` (``q = p @ T``, ``T`` row-stochastic:
@@ -34,6 +37,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from noisylabels.errors import InputError
+from noisylabels.methods.networks import Networks
 from noisylabels.methods.optim import OPTIMIZERS, Optimization
 from noisylabels.methods.stages import StageSchedule
 from noisylabels.methods.step import EpochStatistics, StepOutput
@@ -43,7 +47,7 @@ from noisylabels.models import build_backbone
 MILESTONES_FROM = ("main", "start")
 
 
-class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
+class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule):
     """Base of all methods; trains on the VRNL objective of the method's per-sample losses.
 
     Args:
@@ -77,6 +81,8 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
             non-positive VRNL weight ``1 + 2 alpha (mean(l) - l_i)``.
         channels_last: run convolutional backbones in channels-last memory format.
     """
+
+    abstract = True  # a base of methods, not one itself (see methods.registry)
 
     def __init__(
         self,
@@ -131,6 +137,7 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
         self.net = self.build_network()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.test_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
+        self.init_networks()
         self.val_loss = MeanMetric()
         self.init_stages()
         # epoch statistics live outside the module's buffers: DDP broadcasts buffers from
@@ -161,8 +168,9 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
         """The method's loss of each sample against its (noisy) label, shape ``(B,)``."""
         raise NotImplementedError
 
-    def noisy_posterior(self, probs: Tensor) -> Tensor:
-        """Map clean posteriors ``p`` to noisy-label posteriors (``p`` itself by default)."""
+    def noisy_posterior(self, probs: Tensor, index: Tensor | None = None) -> Tensor:
+        """Map clean posteriors ``p`` (rows) to noisy-label posteriors (``p`` itself by default).
+        ``index``: the samples' dataset indices, for methods whose T depends on the sample."""
         return probs
 
     def transition(self) -> Tensor | None:
@@ -170,9 +178,15 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
         return None
 
     @property
+    def base_method_name(self) -> str:
+        """The method's name without VRNL: its class name unless a variant says more."""
+        return type(self).__name__
+
+    @property
     def method_name(self) -> str:
-        """Display name, with ``-VRNL`` where ``alpha`` is non-zero."""
-        base = type(self).__name__
+        """Display name (``results.json``'s ``method``), with ``-VRNL`` where ``alpha`` is
+        non-zero."""
+        base = self.base_method_name
         return f"{base}-VRNL" if self.alpha != 0 else base
 
     # ---------------------------------------------------------------- the objective
@@ -228,9 +242,12 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
 
     # ---------------------------------------------------------------- Lightning
     def forward(self, images: Tensor) -> Tensor:
+        return self.net(self._network_input(images))
+
+    def _network_input(self, images: Tensor) -> Tensor:
         if self.hparams.channels_last and images.ndim == 4:
             images = images.contiguous(memory_format=torch.channels_last)
-        return self.net(images)
+        return images
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Any]:
         """Compute :meth:`training_objective` (and, under manual optimization, step every
@@ -274,43 +291,48 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """Validation: the stage's loss, and the accuracy of ``noisy_posterior(p)`` against
         noisy labels (of ``p`` itself in a warm-up, or where the data module validates on clean
-        labels)."""
-        logits = self(batch["image"])
-        self.val_loss.update(self.stage_loss(logits, batch))
-        probs = F.softmax(logits.float(), dim=1)
+        labels): the accuracy of every network, the loss of network 0."""
         datamodule = getattr(self.trainer, "datamodule", None)
-        if not (self.in_warmup or getattr(datamodule, "clean_validation", False)):
-            probs = self.noisy_posterior(probs)
-        self.val_acc.update(probs.argmax(1), batch["label"])
+        noisy = not (self.in_warmup or getattr(datamodule, "clean_validation", False))
+        for k, accuracy in enumerate(self._accuracies("val")):
+            logits = self.network_logits(batch["image"], k)
+            if k == 0:
+                self.val_loss.update(self.stage_loss(logits, batch))
+            probs = F.softmax(logits.float(), dim=1)
+            if noisy:
+                probs = self.noisy_posterior(probs, batch.get("index"))
+            accuracy.update(probs.argmax(1), batch["label"])
 
     def on_validation_epoch_end(self) -> None:
-        acc = self.val_acc.compute()
+        self.record_warmup_score(float(self.val_acc.compute()))
         self.log("val/loss", self.val_loss.compute())
-        self.log("val/acc", acc, prog_bar=True)
-        self.record_warmup_score(float(acc))
         self.val_loss.reset()
-        self.val_acc.reset()
+        self._log_accuracies("val", prog_bar=True)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        """Clean test: accuracy of the clean posterior ``p`` against the clean labels."""
-        logits = self(batch["image"])
-        self.test_acc.update(logits.argmax(1), batch["label"])
+        """Clean test: accuracy of each network's clean posterior ``p`` against the clean
+        labels (``test/acc``: network 0)."""
+        for k, accuracy in enumerate(self._accuracies("test")):
+            accuracy.update(self.network_logits(batch["image"], k).argmax(1), batch["label"])
 
     def on_test_epoch_end(self) -> None:
-        self.log(self.test_metric, self.test_acc.compute())
-        self.test_acc.reset()
+        self._log_accuracies("test")
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         return F.softmax(self(batch["image"]).float(), dim=1)
 
     @torch.no_grad()
     def training_split_logits(
-        self, limit: int | float | None = None, rank: int = 0, world_size: int = 1
+        self,
+        limit: int | float | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        split: str = "train",
     ) -> Iterator[tuple[dict[str, Tensor], Tensor]]:
         """``(batch, logits)`` over the training split in order, without augmentation, with the
         model in eval mode (restored afterwards): what T estimation and exact training
-        statistics run on. ``limit``/``rank``/``world_size`` as in the data module's
-        ``train_eval_batches``."""
+        statistics run on. ``limit``/``rank``/``world_size``/``split`` (``val``: the noisy
+        validation split) as in the data module's ``train_eval_batches``."""
         trainer = self.trainer
         datamodule = trainer.datamodule
         if datamodule is None or not hasattr(datamodule, "train_eval_batches"):
@@ -321,7 +343,8 @@ class NoisyLabelMethod(StageSchedule, Optimization, L.LightningModule):
         modes = {m: m.training for m in self.modules()}
         self.eval()
         try:
-            for batch in datamodule.train_eval_batches(self.device, limit, rank, world_size):
+            batches = datamodule.train_eval_batches(self.device, limit, rank, world_size, split)
+            for batch in batches:
                 with trainer.precision_plugin.forward_context():
                     logits = self(batch["image"])
                 yield batch, logits

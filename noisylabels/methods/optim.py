@@ -49,12 +49,24 @@ class Optimization:
         )
 
     def configure_optimizers(self) -> Any:
+        """One optimizer (with its LR schedule) per network of the method (``self.networks``);
+        several networks train by manual optimization, every optimizer stepping once per
+        batch."""
         hp = self.hparams
-        opt = self.make_optimizer(self.net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
-        return {"optimizer": opt, "lr_scheduler": self.make_scheduler(opt)}
+        optimizers = [
+            self.make_optimizer(net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
+            for net in self.networks
+        ]
+        schedulers = [self.make_scheduler(opt) for opt in optimizers]
+        if len(optimizers) == 1:
+            return {"optimizer": optimizers[0], "lr_scheduler": schedulers[0]}
+        return optimizers, schedulers
 
     def manual_step(self, loss: Tensor) -> None:
         """Backpropagate ``loss`` and step every optimizer once (manual optimization).
+
+        With one optimizer per network and networks with disjoint parameters, backpropagating
+        the sum of the networks' objectives gives each network the gradient of its own.
 
         The first optimizer steps through Lightning, so one batch is one ``global_step``
         (``max_steps``, ``fast_dev_run``); the others step their plain torch optimizer, through

@@ -108,23 +108,23 @@ class StageSchedule:
             state = self.network_state(device="cpu")
             self._warmup_best = {"epoch": self.current_epoch, "score": score, "state": state}
 
-    def networks(self) -> dict[str, nn.Module]:
-        """The networks a warm-up trains, by name: what ``warmup_model: best`` keeps and
-        ``main_stage_init: reinit`` re-initialises. ``self.net``; a method with further networks
-        overrides this."""
-        return {"net": self.net}
+    def named_networks(self) -> dict[str, nn.Module]:
+        """The networks a warm-up trains, by name (``net``, then ``net1``, ``net2``, ... of
+        ``add_network``): what ``warmup_model: best`` keeps and ``main_stage_init: reinit``
+        re-initialises."""
+        return {("net" if k == 0 else f"net{k}"): net for k, net in enumerate(self.networks)}
 
     def network_state(self, device: str | torch.device | None = None) -> dict[str, Any]:
-        """A copy of the :meth:`networks`' weights and buffers (on ``device``, else where
+        """A copy of the :meth:`named_networks`' weights and buffers (on ``device``, else where
         they are)."""
         return {
             name: {k: v.detach().to(device, copy=True) for k, v in net.state_dict().items()}
-            for name, net in self.networks().items()
+            for name, net in self.named_networks().items()
         }
 
     def load_network_state(self, state: Mapping[str, Any]) -> None:
         """Load :meth:`network_state` output into the networks, in place."""
-        for name, net in self.networks().items():
+        for name, net in self.named_networks().items():
             net.load_state_dict(state[name])
 
     def start_main_stage(self) -> None:
@@ -162,9 +162,9 @@ class StageSchedule:
         self._main_started = True
 
     def reinit_networks(self) -> None:
-        """Give the :meth:`networks` newly initialised weights (:meth:`build_network`), in
+        """Give the :meth:`named_networks` newly initialised weights (:meth:`build_network`), in
         place (the optimizers keep their parameters) and identical on every process."""
-        fresh = {name: self.build_network().state_dict() for name in self.networks()}
+        fresh = {name: self.build_network().state_dict() for name in self.named_networks()}
         trainer = self._trainer
         if trainer is not None:
             fresh = trainer.strategy.broadcast(fresh, src=0)

@@ -80,6 +80,8 @@ class TransitionMethod(NoisyLabelMethod):
         **kwargs: see :class:`~noisylabels.methods.base.NoisyLabelMethod`.
     """
 
+    abstract = True  # a base of methods, not one itself (see methods.registry)
+
     def __init__(
         self,
         transition: bool | str = True,
@@ -122,6 +124,14 @@ class TransitionMethod(NoisyLabelMethod):
         return self.transition_source == ESTIMATE
 
     @property
+    def base_method_name(self) -> str:
+        """``Forward-DualT`` / ``Reweight-DualT`` where T̂ comes from the Dual-T estimator, so
+        tables keep them apart from the anchor-point runs."""
+        name = type(self).__name__
+        dual_t = self.estimates_transition and self.hparams.estimator == "dual_t"
+        return f"{name}-DualT" if dual_t else name
+
+    @property
     def has_warmup_stage(self) -> bool:
         """A warm-up stage precedes the correction only when T̂ is estimated."""
         return self.estimates_transition
@@ -130,7 +140,7 @@ class TransitionMethod(NoisyLabelMethod):
         """The T this method corrects with; ``None`` while T̂ is not estimated yet."""
         return None if self.in_warmup else self.T
 
-    def noisy_posterior(self, probs: Tensor) -> Tensor:
+    def noisy_posterior(self, probs: Tensor, index: Tensor | None = None) -> Tensor:
         return apply_transition(probs, self.T)
 
     def store_transition(self, T: Tensor) -> None:
@@ -183,21 +193,42 @@ class TransitionMethod(NoisyLabelMethod):
         self.store_transition(self.biased(T_hat))
 
     def train_outputs(self) -> tuple[Tensor, Tensor]:
-        """Softmax outputs (N x C, CPU) and noisy labels of the training split, in order and
-        without augmentation, with the model in eval mode. Honours ``limit_train_batches``."""
-        probs, labels = [], []
-        for batch, logits in self.training_split_logits(self.trainer.limit_train_batches):
-            probs.append(F.softmax(logits.float(), dim=1).cpu())
-            labels.append(batch["label"].cpu())
-        return torch.cat(probs), torch.cat(labels)
+        """Softmax outputs and noisy labels of the training split (see :func:`train_outputs`)."""
+        return train_outputs(self)
 
     def estimate_transition(self) -> Tensor:
         """Estimate T̂ from the current model (anchor points or Dual-T, ``filter_outliers`` at
         ``outlier_quantile``); every process gets process 0's estimate."""
         hp = self.hparams
-        probs, labels = self.train_outputs()
-        if hp.estimator == "dual_t":
-            T_hat = dual_t_transition(probs, labels, hp.filter_outliers, hp.outlier_quantile)
-        else:
-            T_hat = anchor_transition(probs, hp.filter_outliers, hp.outlier_quantile)
-        return self.trainer.strategy.broadcast(T_hat, src=0)
+        return estimate_from_model(self, hp.estimator, hp.filter_outliers, hp.outlier_quantile)
+
+
+def train_outputs(model: NoisyLabelMethod) -> tuple[Tensor, Tensor]:
+    """Softmax outputs (N x C, CPU) of a method's network 0 and the noisy labels of the training
+    split, in order and without augmentation, with the model in eval mode. Honours
+    ``limit_train_batches``."""
+    probs, labels = [], []
+    for batch, logits in model.training_split_logits(model.trainer.limit_train_batches):
+        probs.append(F.softmax(logits.float(), dim=1).cpu())
+        labels.append(batch["label"].cpu())
+    return torch.cat(probs), torch.cat(labels)
+
+
+def estimate_from_model(
+    model: NoisyLabelMethod,
+    estimator: str = "anchor",
+    filter_outliers: bool = True,
+    quantile: float = 0.97,
+) -> Tensor:
+    """T̂ (row-stochastic, ``T̂[i, j] ≈ P(noisy=j | clean=i)``) from a method's current network 0
+    over the training split without augmentation: anchor points (Patrini et al. 2017) or
+    Dual-T (Yao et al. 2020), the anchors picked below each column's ``quantile`` with
+    ``filter_outliers``. Every process gets process 0's estimate."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    probs, labels = train_outputs(model)
+    if estimator == "dual_t":
+        T_hat = dual_t_transition(probs, labels, filter_outliers, quantile)
+    else:
+        T_hat = anchor_transition(probs, filter_outliers, quantile)
+    return model.trainer.strategy.broadcast(T_hat, src=0)

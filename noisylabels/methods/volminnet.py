@@ -71,7 +71,7 @@ class VolMinNet(NoisyLabelMethod):
         A = torch.sigmoid(self.W) * self.off_diagonal + (1.0 - self.off_diagonal)
         return A / A.sum(dim=1, keepdim=True)
 
-    def noisy_posterior(self, probs: Tensor) -> Tensor:
+    def noisy_posterior(self, probs: Tensor, index: Tensor | None = None) -> Tensor:
         return apply_transition(probs, self.transition())
 
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
