@@ -88,7 +88,13 @@ class VolMinNet(NoisyLabelMethod):
         T = self.transition()
         labels = batch["label"]
         losses = forward_loss(probs, T, labels)
-        detached = forward_loss(probs, T.detach(), labels) if self.alpha != 0 else None
+        # the variance term's own softmax node, so the classifier's gradient sums in the same
+        # order as it did when the two losses were computed apart
+        detached = (
+            forward_loss(F.softmax(logits.float(), dim=1), T.detach(), labels)
+            if self.alpha != 0
+            else None
+        )
         return self.vrnl(losses, logits, batch, variance_losses=detached, extra=self.volume_term())
 
     def volume_term(self) -> Tensor:
