@@ -19,6 +19,26 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
 
+def preset_params(presets: list[Path]) -> list[Any]:
+    """``presets`` as test parameters for end-to-end runs of every preset: in the default run
+    every MNIST preset (each method group once), each dataset's CE preset (each data group once)
+    and every preset holding settings of its own beyond its composed groups; the other presets,
+    compositions of groups that already run, only under ``-m slow``."""
+    import yaml
+
+    params = []
+    for preset in presets:
+        content = yaml.safe_load(preset.read_text()) or {}
+        own = {k: v for k, v in content.items() if k not in ("compose", "trainer")}
+        trainer = {k: v for k, v in (content.get("trainer") or {}).items()}
+        trainer.pop("default_root_dir", None)
+        dataset, _, method = preset.stem.partition("_")
+        default = dataset == "mnist" or method == "ce" or bool(own) or bool(trainer)
+        marks = () if default else (pytest.mark.slow,)
+        params.append(pytest.param(preset, marks=marks, id=preset.stem))
+    return params
+
+
 def write_idx_images(path: Path, images: np.ndarray) -> None:
     """Write uint8 images (N, H, W) as an IDX3 file (MNIST's format)."""
     n, h, w = images.shape

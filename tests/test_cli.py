@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CONFIGS, read_results
+from conftest import CONFIGS, preset_params, read_results
 
 SHIPPED = sorted(p for p in CONFIGS.glob("*.yaml"))
 
@@ -47,12 +47,13 @@ def _fast_dev_run(config: Path, run_cli, tmp_path: Path, dirs: dict[str, Path]) 
     assert not {"results.json", "noise.pt", "config.yaml", "last.ckpt"} & set(written), written
 
 
-@pytest.mark.parametrize("config", DATASET_PRESETS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("config", preset_params(DATASET_PRESETS))
 def test_fast_dev_run_every_preset(
     config: Path, run_cli, tmp_path: Path, mnist_dir, cifar10_dir, cifar100_dir, tiny_backbones
 ) -> None:
     """Every MNIST/CIFAR preset trains, validates and tests through the CLI (every stage, with
-    a stand-in for the ResNets)."""
+    a stand-in for the ResNets); pure compositions of groups that run here already under
+    ``-m slow`` (conftest.preset_params)."""
     dirs = {"mnist": mnist_dir, "cifar10": cifar10_dir, "cifar100": cifar100_dir}
     _fast_dev_run(config, run_cli, tmp_path, dirs)
 

@@ -17,7 +17,7 @@ from noisylabels.data.clothing1m import ANNOTATION_FILES, read_label_kv
 from noisylabels.data.files import is_safe_key
 from noisylabels.data.samplers import ClassBalancedSampler
 
-from conftest import CONFIGS
+from conftest import CONFIGS, preset_params
 
 NAMES = [
     "T-Shirt",
@@ -345,7 +345,7 @@ def test_every_method_has_a_clothing1m_config() -> None:
         assert method == "ce" or f"clothing1m_{method}_vrnl" in stems
 
 
-@pytest.mark.parametrize("config", CLOTHING_CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("config", preset_params(CLOTHING_CONFIGS))
 def test_fast_dev_run_clothing1m_config(
     config: Path, clothing, run_cli, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
