@@ -241,6 +241,86 @@ def test_compiled_run_equals_eager_run(tmp_path: Path) -> None:
     assert graphs[0] > 0 and graphs[-1] == graphs[-2], f"graphs compiled per epoch: {graphs}"
 
 
+# ---------------------------------------------------------------- host synchronization
+SYNCING = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "nonzero", "cpu")
+
+
+class NoHostSync(L.Callback):
+    """Records, from the third step of the second epoch on, every call that makes the host wait
+    for the device when the tensors live on a GPU: Tensor methods that read values into
+    Python, and indexing by a boolean mask. (On a GPU the benchmark proves the same with
+    ``torch.cuda.set_sync_debug_mode("error")``; this catches the Python-level causes on a
+    CPU.) Adam's step counter is a CPU tensor by design and is left out."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        self.active = False
+        for name in SYNCING:
+            monkeypatch.setattr(torch.Tensor, name, self._spy(name, getattr(torch.Tensor, name)))
+        getitem = torch.Tensor.__getitem__
+
+        def spy_getitem(tensor: Tensor, index: Any) -> Any:
+            parts = index if isinstance(index, tuple) else (index,)
+            if any(isinstance(i, Tensor) and i.dtype == torch.bool for i in parts):
+                self._record("boolean mask indexing")
+            return getitem(tensor, index)
+
+        monkeypatch.setattr(torch.Tensor, "__getitem__", spy_getitem)
+
+    def _record(self, what: str) -> None:
+        if self.active:
+            import traceback
+
+            frames = traceback.extract_stack(limit=8)[:-2]
+            if not any("/torch/optim/" in f.filename for f in frames):
+                self.calls.append(f"{what} at {frames[-1].filename}:{frames[-1].lineno}")
+
+    def _spy(self, name: str, method: Any) -> Any:
+        def spy(tensor: Tensor, *args: Any, **kwargs: Any) -> Any:
+            self._record(name)
+            return method(tensor, *args, **kwargs)
+
+        return spy
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.active = trainer.current_epoch >= 1 and batch_idx >= 2
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self.active = False  # the training steps only, not validation or the epoch's end
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.active = False  # the epoch's end reduces its statistics once, by design
+
+
+@pytest.mark.parametrize("cls", [Forward, TwoNetworks], ids=["Forward", "two-networks"])
+def test_training_steps_make_no_host_synchronization(
+    cls: type[NoisyLabelMethod], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Steady-state training (data on the device, augmentation, the step, the step records,
+    SubsetStatistics, Lightning's loop and progress bar) reads nothing back to the host."""
+    from noisylabels.callbacks import SubsetStatistics
+
+    L.seed_everything(0)
+    dm = DigitsDataModule(batch_size=64, on_device=True)
+    kwargs = {"transition": True} if cls is Forward else {}
+    model = cls(backbone="mlp", num_classes=10, input_shape=SHAPE, alpha=0.1, **kwargs)
+    spy = NoHostSync(monkeypatch)
+    trainer = L.Trainer(
+        max_epochs=2,
+        limit_train_batches=6,
+        limit_val_batches=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        callbacks=[spy, SubsetStatistics()],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(model, datamodule=dm)
+    assert trainer.global_step == 12
+    assert not spy.calls, spy.calls
+
+
 # ---------------------------------------------------------------- the command line
 def test_speed_options_from_the_command_line(run_cli, tmp_path: Path) -> None:
     """``--model.compile`` and ``--data.on_device`` through ``noisylabels fit`` on a CPU, with
