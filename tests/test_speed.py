@@ -73,7 +73,7 @@ def _loss_and_grads(model: NoisyLabelMethod, batch: dict[str, Tensor]) -> tuple[
     loss = model.training_objective(batch)
     loss.backward()
     grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
-    return loss.detach(), grads
+    return loss.detach().clone(), grads  # a copy: CUDA graphs reuse the memory next step
 
 
 METHODS = {
