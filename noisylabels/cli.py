@@ -3,35 +3,65 @@
 After ``fit`` the best checkpoint (by noisy-validation accuracy unless ``--checkpoint.monitor``
 says otherwise) is tested on the clean test set and ``results.json`` is written to the run dir.
 Project subcommands that are not Lightning stages are dispatched in :data:`EXTRA_COMMANDS`.
+
+``--ckpt_path last`` (or a run folder, or a checkpoint file in one) continues that run in its own
+folder, checked against the config (:mod:`noisylabels.resume`). User errors end the command with
+one paragraph and exit status 2 (3 for a diverged run), SIGTERM with status 143; ``--debug`` or
+``NOISYLABELS_DEBUG=1`` shows the traceback (:mod:`noisylabels.failures`).
 """
 
 from __future__ import annotations
 
 import sys
 import warnings
+from argparse import ArgumentError
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from noisylabels import resume
 from noisylabels.callbacks import WarmupAwareCheckpoint, run_dir
 from noisylabels.config import ComposedConfigFile
 from noisylabels.data import NoisyDataModule
-from noisylabels.methods import NoisyLabelMethod
+from noisylabels.failures import (
+    SIGTERM_EXIT,
+    debug_requested,
+    option_error,
+    paragraph,
+    user_error,
+)
+from noisylabels.methods import NoisyLabelMethod, describe_methods
 from noisylabels.run import fit_and_test
 
 # the paper's protocol and the project's layout, where a config does not say otherwise
 TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": 80, "devices": 1, "default_root_dir": "runs"}
 
+# --ckpt_path values Lightning resolves itself (for validate/test/predict after a fit)
+LIGHTNING_CKPT_NAMES = ("best", "hpc", "registry")
+
 # name -> (module, function): project subcommands beside Lightning's stages.
-EXTRA_COMMANDS: dict[str, tuple[str, str]] = {"plot": ("noisylabels.plot", "main")}
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
+    "plot": ("noisylabels.plot", "main"),
+    "sweep": ("noisylabels.sweep_cli", "main"),
+    "report": ("noisylabels.report_cli", "main"),
+}
 
 
 class SaveConfigToTensorBoard(SaveConfigCallback):
-    """Save the resolved config as ``config.yaml`` in the run dir and in TensorBoard's text tab."""
+    """Save the resolved config as ``config.yaml`` in the run dir and in TensorBoard's text tab
+    (not under ``fast_dev_run``, which writes no run folder)."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if not trainer.fast_dev_run:
+            super().setup(trainer, pl_module, stage)
 
     def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
         text = self.parser.dump(self.config, skip_none=False)
@@ -41,12 +71,31 @@ class SaveConfigToTensorBoard(SaveConfigCallback):
                 logger.experiment.add_text("config", block)
 
 
+class HelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help formatter, keeping the line breaks of group descriptions (the list
+    of methods under ``--model``)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "".join(indent + line for line in text.splitlines(keepends=True))
+
+
+def methods_help() -> str:
+    """The methods of ``--model``, one line each."""
+    lines = describe_methods().splitlines()
+    return (
+        "Methods: --model NAME (or noisylabels.methods.NAME); its options: --model.help NAME\n"
+        + "\n".join("  " + line for line in lines)
+    )
+
+
 class NoisyLabelsCLI(LightningCLI):
     """LightningCLI with the project's checkpointing, links and post-fit test."""
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         """Lightning's parser with a ``--config`` that understands ``compose:``."""
         kwargs.setdefault("dump_header", [f"lightning.pytorch=={L.__version__}"])
+        kwargs.setdefault("exit_on_error", False)  # parse errors: one paragraph, see run()
+        kwargs.setdefault("formatter_class", HelpFormatter)
         parser = self.parser_class(**kwargs)
         parser.add_argument(
             "-c",
@@ -58,6 +107,8 @@ class NoisyLabelsCLI(LightningCLI):
         return parser
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        if "model" in parser.groups:
+            parser.groups["model"].description = methods_help()
         parser.add_lightning_class_args(WarmupAwareCheckpoint, "checkpoint")
         parser.set_defaults(
             {
@@ -94,6 +145,41 @@ class NoisyLabelsCLI(LightningCLI):
     def _setting(self, key: str) -> Any:
         return self.config.get(self.subcommand, self.config).get(key)
 
+    def _parse_ckpt_path(self) -> None:
+        """Locate and read ``--ckpt_path`` (``last``, a run folder or a file). Unlike
+        Lightning's CLI this never applies the checkpoint's hyperparameters over the config;
+        :meth:`after_instantiate_classes` checks that they describe the same experiment."""
+        self._checkpoint: resume.Checkpoint | None = None
+        self._resume_logger: Any = None
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        config = self.config[subcommand]
+        value = config.get("ckpt_path")
+        if not value or (value in LIGHTNING_CKPT_NAMES and not Path(value).exists()):
+            return
+        trainer = config.get("trainer") or {}
+        root = Path(trainer.get("default_root_dir") or TRAINER_DEFAULTS["default_root_dir"])
+        logger = trainer.get("logger")
+        self._checkpoint = resume.load(str(value), root, logger)
+        config.ckpt_path = str(self._checkpoint.path)
+        if subcommand == "fit" and self._checkpoint.run_folder is not None:
+            self._resume_logger = resume.continue_logger(self._checkpoint.run_folder, logger)
+
+    def after_instantiate_classes(self) -> None:
+        if self._checkpoint is None:
+            return
+        changed = resume.check(self._checkpoint, self.model, self.datamodule)
+        if changed:
+            rank_zero_only(print)(
+                resume.describe_changes(self._checkpoint.path, changed), file=sys.stderr
+            )
+
+    def instantiate_trainer(self, **kwargs: Any) -> Any:
+        if getattr(self, "_resume_logger", None) is not None:
+            kwargs["logger"] = self._resume_logger  # continue in the run's own folder
+        return super().instantiate_trainer(**kwargs)
+
     def fit(
         self, model: Any, datamodule: Any = None, ckpt_path: str | None = None, **kwargs: Any
     ) -> None:
@@ -107,8 +193,13 @@ class NoisyLabelsCLI(LightningCLI):
             weights_only=kwargs.get("weights_only"),
             test=bool(self._setting("test_after_fit")),
             seed=self._setting("seed_everything"),
+            config=self.config[self.subcommand].as_dict(),
         )
+        self.results = results
         if results is None:
+            return
+        if self.trainer.fast_dev_run:
+            print("fast_dev_run: every stage ran once; a smoke test writes no results.json")
             return
         if results["test_acc"] is not None:
             print(f"clean test accuracy: {results['test_acc']:.4f} ({results['method']})")
@@ -139,28 +230,59 @@ def run(args: list[str] | None = None) -> NoisyLabelsCLI | Any:
     extra = _dispatch_extra(argv)
     if extra is not None:
         return extra(argv[1:])
+    if "--model.help" in argv:  # without a method name: the list of methods
+        after = argv.index("--model.help") + 1
+        if after == len(argv) or argv[after].startswith("-"):
+            print(methods_help())
+            raise SystemExit(0)
     # the project's epoch values are already reduced over DDP processes (torchmetrics' compute,
     # strategy.reduce) when they are logged: Lightning's advice to add sync_dist does not apply
     warnings.filterwarnings(
         "ignore", message=r"It is recommended to use `self\.log\('(train|val|test|subsets)/"
     )
-    return NoisyLabelsCLI(
-        NoisyLabelMethod,
-        NoisyDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        seed_everything_default=0,
-        trainer_defaults=TRAINER_DEFAULTS,
-        save_config_callback=SaveConfigToTensorBoard,
-        save_config_kwargs={"overwrite": True},
-        auto_configure_optimizers=False,
-        args=None if args is None else argv,
-    )
+    # last.ckpt's writer is a second checkpoint callback; "best" is the first one's, as meant
+    warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint`")
+    try:
+        return NoisyLabelsCLI(
+            NoisyLabelMethod,
+            NoisyDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            seed_everything_default=0,
+            trainer_defaults=TRAINER_DEFAULTS,
+            save_config_callback=SaveConfigToTensorBoard,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+            args=None if args is None else argv,
+        )
+    except ArgumentError as err:
+        raise option_error(err) from err
+    except Exception as err:
+        found = user_error(err)
+        if found is None or found is err:
+            raise
+        raise found from err  # the user error jsonargparse wrapped into its own
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point of the ``noisylabels`` command."""
-    run(args)
+    """Entry point of the ``noisylabels`` command: user errors end it with one paragraph and
+    their exit status (a traceback with ``--debug`` or ``NOISYLABELS_DEBUG=1``), SIGTERM with
+    status 143; programming errors keep their traceback."""
+    argv = list(sys.argv[1:] if args is None else args)
+    debug = debug_requested(argv)
+    argv = [a for a in argv if a != "--debug"]
+    if args is None:
+        sys.argv[1:] = argv
+    try:
+        run(None if args is None else argv)
+    except SIGTERMException:
+        sys.exit(SIGTERM_EXIT)
+    except Exception as err:
+        found = user_error(err)
+        if found is None or debug:
+            raise
+        print(paragraph(found), file=sys.stderr, flush=True)
+        sys.exit(found.exit_code)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,38 @@ def _as_file(value: Any) -> Path | None:
     return path if path.is_file() else None
 
 
+def read_yaml(path: Path, what: str = "config file") -> Any:
+    """The content of the YAML file ``path``; :class:`InputError` naming it (as ``what``) and
+    the line where it is not valid YAML."""
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise InputError(f"{what} {path} is not valid YAML{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what} {path} is not a text (YAML) file") from None
+
+
+def listed_files(path: Path, names: Any, where: str) -> list[Path]:
+    """The files that the file ``path`` lists (one path or a list; ``where`` says under which
+    key), each relative to ``path``'s folder; raises naming a missing one."""
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InputError(f"{path}: {where} must be a file path or a list of file paths")
+    files = []
+    for name in names:
+        file = (path.parent / name).expanduser()
+        if not file.is_file():
+            raise MissingFileError(
+                f"{path}: {where} lists {name}, but {file} does not exist (paths are relative "
+                "to the file that lists them)"
+            )
+        files.append(file)
+    return files
+
+
 def read_composed(path: Path, _stack: tuple[Path, ...] = ()) -> list[tuple[Path, Any, bool]]:
     """The config files ``path`` composes, depth first, ending with ``path`` itself: each as
     ``(path, its own keys without compose, whether it composes others)``. Raises for a missing
@@ -46,26 +78,12 @@ def read_composed(path: Path, _stack: tuple[Path, ...] = ()) -> list[tuple[Path,
     if path in _stack:
         chain = " -> ".join(str(p) for p in (*_stack, path))
         raise InputError(f"config files compose each other in a cycle: {chain}")
-    try:
-        content = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise InputError(f"{path} is not valid YAML: {err}") from None
+    content = read_yaml(path)
     if not isinstance(content, dict) or COMPOSE_KEY not in content:
         return [(path, content, False)]
     content = dict(content)
-    bases = content.pop(COMPOSE_KEY)
-    if isinstance(bases, str):
-        bases = [bases]
-    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
-        raise InputError(f"{path}: '{COMPOSE_KEY}' must be a list of config file paths")
     parts: list[tuple[Path, Any, bool]] = []
-    for base in bases:
-        base_path = (path.parent / base).expanduser()
-        if not base_path.is_file():
-            raise MissingFileError(
-                f"{path} composes {base}, but {base_path} does not exist ({COMPOSE_KEY} paths "
-                "are relative to the file that lists them)"
-            )
+    for base_path in listed_files(path, content.pop(COMPOSE_KEY), f"'{COMPOSE_KEY}'"):
         parts += read_composed(base_path, (*_stack, path))
     return [*parts, (path, content, True)]
 

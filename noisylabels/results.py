@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 
+from noisylabels.callbacks.last import LastCheckpoint
 from noisylabels.methods.transition import transition_error
+from noisylabels.provenance import provenance
 
 
 def _number(value: Any) -> float | None:
@@ -26,7 +29,7 @@ def best_checkpoint(trainer: L.Trainer) -> tuple[str | None, int | None, float |
     path = getattr(ckpt, "best_model_path", "") or None
     if path is None or not Path(path).is_file():
         return None, None, None
-    epoch = torch.load(path, map_location="cpu", weights_only=False).get("epoch")
+    epoch = torch.load(path, map_location="cpu", weights_only=True).get("epoch")
     return path, epoch, _number(getattr(ckpt, "best_model_score", None))
 
 
@@ -39,8 +42,12 @@ def build_results(
     wall_time_s: float,
     test_metrics: dict[str, Any] | None,
     best_val: dict[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    resumed: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Collect the summary of a finished fit (+ test) into a JSON-ready dict."""
+    """Collect the summary of a finished fit (+ test) into a JSON-ready dict. ``config``: the
+    resolved command-line configuration, hashed into ``provenance``; ``resumed``: the fit's
+    :func:`resume_history` (read from the trainer when not given)."""
     path, epoch, score = best_checkpoint(trainer)
     monitor = getattr(trainer.checkpoint_callback, "monitor", None)
     val_acc = score if monitor == "val/acc" else None
@@ -49,6 +56,7 @@ def build_results(
     if val_acc is None:
         val_acc = _number(trainer.callback_metrics.get("val/acc"))
     test_acc = _number((test_metrics or {}).get("test/acc"))
+    test_acc_last = _number((test_metrics or {}).get("test/acc_last"))
     hp = dict(getattr(model, "hparams", {}))
     return {
         "method": getattr(model, "method_name", type(model).__name__),
@@ -64,10 +72,24 @@ def build_results(
         "monitor_score": score,
         "val_acc": val_acc,
         "test_acc": test_acc,
+        "last_epoch": trainer.current_epoch - 1 if trainer.current_epoch > 0 else None,
+        "test_acc_last": test_acc_last,
+        "estimation_epoch": getattr(model, "estimation_epoch", None),
         "t_estimation_error": transition_error(model, datamodule),
         "wall_time_s": wall_time_s,
         "checkpoint": path,
+        "resumed": resume_history(trainer) if resumed is None else resumed,
+        "provenance": provenance(model, datamodule, config),
     }
+
+
+def resume_history(trainer: L.Trainer) -> list[dict[str, Any]]:
+    """The resumes of this run, oldest first (empty for a run that was never interrupted): the
+    checkpoint, how many epochs it had completed and the hyperparameters that differed."""
+    for callback in trainer.callbacks:
+        if isinstance(callback, LastCheckpoint):
+            return list(callback.resumes)
+    return []
 
 
 def write_results(results: dict[str, Any], path: str | Path) -> Path:

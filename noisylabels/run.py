@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
 
 from noisylabels.callbacks import run_dir, write_transition_estimate
-from noisylabels.results import build_results, write_results
+from noisylabels.callbacks.last import discard_failed_run
+from noisylabels.results import build_results, resume_history, write_results
 
 RESULTS_FILE = "results.json"
+LAST_METRIC = "test/acc_last"
 
 
 def fit_and_test(
@@ -40,10 +43,11 @@ def fit_and_test(
     weights_only: bool | None = None,
     test: bool = True,
     seed: int | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Fit ``model`` on ``datamodule``, test the best checkpoint (by the trainer's checkpoint
-    callback; the final model where there is none) on the clean test set, and write
-    ``results.json`` and the final T̂ to the run dir.
+    callback; the final model where there is none) and the last epoch's model on the clean test
+    set, and write ``results.json`` and the final T̂ to the run dir.
 
     Args:
         ckpt_path: checkpoint to resume the fit from (Lightning's ``ckpt_path``).
@@ -51,17 +55,23 @@ def fit_and_test(
         test: test after fitting; without it ``results.json`` has ``test_acc: null``.
         seed: the run's training seed, for ``results.json`` (default: Lightning's
             ``PL_GLOBAL_SEED``, which ``seed_everything`` sets).
+        config: the resolved configuration, hashed into ``results.json``'s provenance.
+
+    Under ``fast_dev_run`` (a smoke test of every stage, not a result) nothing is written.
 
     Returns:
         The results (also written to ``results.json``) on process 0; ``None`` on the others.
     """
     start = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
+    try:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
+    except BaseException:
+        discard_failed_run(trainer)  # a folder holding nothing to resume from
+        raise
+    resumed = resume_history(trainer)  # before testing replaces the method's callbacks
     test_metrics = None
     if test:
-        has_best = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
-        out = trainer.test(model, datamodule=datamodule, ckpt_path="best" if has_best else None)
-        test_metrics = out[0] if out else None
+        test_metrics = test_last_and_best(model, datamodule, trainer)
     if not trainer.is_global_zero:
         return None
     if seed is None and os.environ.get("PL_GLOBAL_SEED") is not None:
@@ -73,8 +83,35 @@ def fit_and_test(
         seed=seed,
         wall_time_s=time.perf_counter() - start,
         test_metrics=test_metrics,
+        config=config,
+        resumed=resumed,
     )
+    if trainer.fast_dev_run:
+        return results
     folder = run_dir(trainer)
     write_transition_estimate(folder, model, datamodule)
     write_results(results, folder / RESULTS_FILE)
     return results
+
+
+def test_last_and_best(
+    model: L.LightningModule, datamodule: L.LightningDataModule, trainer: L.Trainer
+) -> dict[str, Any]:
+    """Test the model as fit left it (the last epoch, logged as ``test/acc_last``), then the
+    best checkpoint (``test/acc``; the same model where there is none), on the clean test set.
+    Returns both metrics."""
+    metrics: dict[str, Any] = {}
+    has_best = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
+    if has_best:
+        previous = getattr(model, "test_metric", None)
+        model.test_metric = LAST_METRIC
+        try:
+            out = trainer.test(model, datamodule=datamodule, ckpt_path=None, verbose=False)
+        finally:
+            model.test_metric = previous or "test/acc"
+        metrics.update(out[0] if out else {})
+    out = trainer.test(model, datamodule=datamodule, ckpt_path="best" if has_best else None)
+    metrics.update(out[0] if out else {})
+    if not has_best and "test/acc" in metrics:
+        metrics[LAST_METRIC] = metrics["test/acc"]
+    return metrics

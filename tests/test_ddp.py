@@ -418,7 +418,9 @@ def test_cli_fit_with_two_cpu_processes(tmp_path: Path) -> None:
     cli = Path(sys.executable).parent / "noisylabels"
     env = {
         **os.environ,
-        "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
+        ),  # this checkout's package, whatever the installed command points at
     }
     args = [
         str(cli),
@@ -449,8 +451,12 @@ def test_cli_fit_with_two_cpu_processes(tmp_path: Path) -> None:
     results = read_results(tmp_path)  # exactly one results.json
     assert len(list(tmp_path.rglob("noise.pt"))) == 1
     assert [p.name for p in (tmp_path / "lightning_logs").iterdir()] == ["version_0"]
-    ckpts = list(tmp_path.rglob("*.ckpt"))
+    ckpts = list(tmp_path.rglob("best-*.ckpt"))
     assert len(ckpts) == 1 and results["checkpoint"] == str(ckpts[0])
+    # last.ckpt, written by process 0 while both processes dumped it, holds the final state
+    last = torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=True)
+    assert last["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 3
+    assert results["resumed"] == []
 
     noise = torch.load(next(tmp_path.rglob("noise.pt")), weights_only=False)
     train = sorted(noise["train_indices"].tolist())

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from torch import Tensor
 from torch.utils.data import Dataset
 
 from noisylabels.data import DigitsDataModule
@@ -90,15 +91,30 @@ def test_data_module_draws_on_the_device_when_asked() -> None:
         DigitsDataModule(on_device="yes")
 
 
-def test_device_batches_give_the_host_loaders_batches() -> None:
-    """A seeded run draws the same batches on the device as through the host DataLoader."""
+def _epoch_indices(dm: DigitsDataModule, epoch: int, global_seed: int) -> list[Tensor]:
+    loader = dm.train_dataloader()
+    loader.sampler.set_epoch(epoch)  # what Lightning does before each epoch
+    torch.manual_seed(global_seed)
+    return [b["index"] for b in loader]
+
+
+@pytest.mark.parametrize("shards", [None, {"num_replicas": 2, "rank": 1}], ids=["one", "ddp"])
+def test_device_batches_give_the_host_loaders_batches(shards: dict | None) -> None:
+    """On the device and through the host DataLoader a run draws the same batches: the
+    ShardSampler's order, set by the training seed and the epoch (this process's share under
+    DDP), never by the global random state, so a resumed run draws them again."""
     dm = DigitsDataModule(batch_size=50, on_device=False)
     dm.setup("fit")
+    dm.trainer = _Trainer(CPU, shards)
     device_dm = copy.copy(dm)
     device_dm.on_device, device_dm._device_copies = True, {}
-    for module in (dm, device_dm):
-        torch.manual_seed(7)
-        module.batches = [b["index"] for _ in range(2) for b in module.train_dataloader()]
-    assert len(dm.batches) == len(device_dm.batches)
-    for host, device in zip(dm.batches, device_dm.batches, strict=True):
-        assert torch.equal(host, device)
+    assert isinstance(device_dm.train_dataloader(), DeviceBatches)
+    assert not isinstance(dm.train_dataloader(), DeviceBatches)
+    for epoch in (0, 1):
+        host = _epoch_indices(dm, epoch, global_seed=7)
+        device = _epoch_indices(device_dm, epoch, global_seed=8)
+        assert len(host) == len(device) > 1
+        for h, d in zip(host, device, strict=True):
+            assert torch.equal(h, d)
+        assert torch.equal(torch.cat(device), torch.cat(_epoch_indices(device_dm, epoch, 9)))
+    assert not torch.equal(torch.cat(host), torch.cat(_epoch_indices(dm, 0, 7)))

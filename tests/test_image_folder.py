@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from noisylabels.data import ImageFolderDataModule
 from noisylabels.errors import InputError, MissingFileError
 from noisylabels.noise import check_transition
 
-from conftest import CONFIGS, SORTED, make_image_folder, read_results, write_image
+from conftest import CONFIGS, SORTED, make_image_folder, write_image
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +95,7 @@ def test_unknown_or_too_few_classes_are_refused(tmp_path: Path) -> None:
 
 
 def test_cli_fit_on_an_image_folder(folder: Path, run_cli, tmp_path: Path) -> None:
-    run_cli(
+    cli = run_cli(
         "fit",
         "--config",
         str(CONFIGS / "quickstart.yaml"),
@@ -111,7 +112,7 @@ def test_cli_fit_on_an_image_folder(folder: Path, run_cli, tmp_path: Path) -> No
         "--trainer.fast_dev_run",
         "1",
     )
-    results = read_results(tmp_path)
+    results = cli.results  # fast_dev_run: the results, but no results.json
     assert results["dataset"] == "image_folder"
     assert results["noise"]["type"] == "symmetric" and results["noise"]["rate_nominal"] == 0.4
     assert results["test_acc"] is not None
@@ -125,8 +126,8 @@ def _break(*paths: Path) -> None:
         path.write_bytes(b"\xff\xd8\xff\xe0 not really an image")
 
 
-def _fit(run_cli, root: Path, *extra: str) -> None:
-    run_cli(
+def _fit(run_cli, root: Path, *extra: str) -> Any:
+    return run_cli(
         "fit",
         "--config",
         str(CONFIGS / "quickstart.yaml"),
@@ -198,12 +199,14 @@ def test_a_test_with_too_many_unreadable_images_is_refused(tmp_path: Path, run_c
     assert "1 of the 12 image_folder test images (8.33%) could not be read" in message
     assert "--data.max_skipped_fraction 0.01" in message
     with pytest.warns(UserWarning) as record:
-        _fit(run_cli, root, "--trainer.fast_dev_run", "1", "--data.max_skipped_fraction", "0.1")
+        cli = _fit(
+            run_cli, root, "--trainer.fast_dev_run", "1", "--data.max_skipped_fraction", "0.1"
+        )
     loud = [str(w.message) for w in record if "could not be read" in str(w.message)]
     assert loud == [
         "1 of the 12 image_folder test images (8.33%) could not be read and were left out of "
         "the test accuracy"
     ]
-    results = read_results(tmp_path)
+    results = cli.results
     assert results["data"]["skipped_images"] == {"train": 0, "val": 0, "test": 1}
     assert results["test_acc"] is not None

@@ -1,75 +1,140 @@
-"""Every method exported by ``noisylabels.methods`` trains, with VRNL, through the same checks.
+"""Every method of the registry trains, with VRNL, through the command line, by one test.
 
-Methods are discovered from the base class, so a new method is covered without a new test.
+Methods are discovered by ``noisylabels.methods.registry()``, so a new method is covered
+without a new test.
 """
 
 from __future__ import annotations
 
-import inspect
+import gc
+import math
+import sys
+from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
 
-import noisylabels.methods as methods
-from noisylabels.data import DigitsDataModule
-from noisylabels.methods import NoisyLabelMethod
+from noisylabels.methods import NoisyLabelMethod, registry
 
-ABSTRACT = {"NoisyLabelMethod", "TransitionMethod"}
-METHODS = sorted(
-    (
-        obj
-        for name, obj in vars(methods).items()
-        if inspect.isclass(obj) and issubclass(obj, NoisyLabelMethod) and name not in ABSTRACT
-    ),
-    key=lambda cls: cls.__name__,
-)
+from conftest import CONFIGS, read_results
+
+METHODS = sorted(registry())
 
 
-def test_methods_are_discovered() -> None:
-    assert {m.__name__ for m in METHODS} >= {"CE", "Forward", "Reweight", "VolMinNet"}
+def logged_scalars(folder: Path) -> dict[str, list[float]]:
+    """Every scalar of the TensorBoard event files in ``folder``, in step order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    values: dict[str, list[float]] = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            values.setdefault(tag, []).extend(e.value for e in acc.Scalars(tag))
+    return values
 
 
-@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.__name__)
-def test_method_trains_with_vrnl(method: type[NoisyLabelMethod], tmp_path) -> None:
-    L.seed_everything(0)
-    dm = DigitsDataModule(noise_rate=0.3, batch_size=64)
-    kwargs = {}
-    if any("warmup_epochs" in inspect.signature(c.__init__).parameters for c in method.__mro__):
-        kwargs["warmup_epochs"] = 1  # two-stage methods: warm up for one of the two epochs
-    model = method(backbone="mlp", num_classes=10, input_shape=(1, 8, 8), alpha=0.05, **kwargs)
-    assert model.method_name.endswith("-VRNL")
-    before = [p.detach().clone() for p in model.net.parameters()]
-    outputs = []
+def test_registry_lists_the_methods_not_their_bases() -> None:
+    assert set(METHODS) >= {
+        "CE",
+        "CoTeaching",
+        "Decoupling",
+        "Forward",
+        "MentorNet",
+        "PTD",
+        "Reweight",
+        "TRevision",
+        "VolMinNet",
+    }
+    assert not {"NoisyLabelMethod", "TransitionMethod", "TwoNetworkMethod"} & set(METHODS)
+    assert "SmallLossMethod" not in METHODS
 
-    class Grab(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, out, batch, batch_idx):
-            outputs.append(out)
 
-    trainer = L.Trainer(
-        max_epochs=2,
-        limit_train_batches=4,
-        limit_val_batches=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[Grab()],
-        default_root_dir=tmp_path,
-        accelerator="cpu",
+def test_a_new_module_of_the_package_registers_its_method(tmp_path: Path) -> None:
+    import noisylabels.methods as package
+
+    name = "noisylabels.methods.extra_method_for_test"
+    (tmp_path / "extra_method_for_test.py").write_text(
+        "from noisylabels.methods.ce import CE\n\n\n"
+        "class ExtraMethodForTest(CE):\n"
+        '    """A method added by a new module."""\n'
     )
-    trainer.fit(model, datamodule=dm)
-    assert outputs, "no training step ran"
-    for out in outputs:
-        assert torch.isfinite(out["loss"]).all()
-        (step,) = out["steps"]  # one network: one StepOutput per batch
-        n = len(step.index)
-        assert step.logits.shape == (n, 10) and step.weights.shape == step.losses.shape == (n,)
-        assert torch.isfinite(step.losses).all() and not step.losses.requires_grad
-    after = list(model.net.parameters())
-    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
-    assert 0.0 <= trainer.callback_metrics["val/acc"] <= 1.0
-    assert 0.0 <= trainer.callback_metrics["train/nonpositive_weight_frac"] <= 1.0
-    assert 0.0 <= trainer.callback_metrics["train/acc"] <= 1.0
-    test = trainer.test(model, datamodule=dm, verbose=False)[0]
-    assert 0.0 <= test["test/acc"] <= 1.0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
+        assert issubclass(registry()["ExtraMethodForTest"], NoisyLabelMethod)
+    sys.modules.pop(name, None)
+    gc.collect()  # the class goes with its module
+    assert "ExtraMethodForTest" not in registry()
+
+
+def test_model_help_lists_every_method_on_one_line(capsys) -> None:
+    from noisylabels.cli import run
+
+    with pytest.raises(SystemExit) as exc:
+        run(["fit", "--model.help"])
+    assert exc.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = [line.split()[0] for line in lines[1:]]
+    assert listed == METHODS
+    assert all(len(line.split()) > 3 for line in lines[1:]), "a method without a description"
+    with pytest.raises(SystemExit):
+        run(["fit", "--help"])
+    out = capsys.readouterr().out
+    assert all(f"  {name}  " in out for name in METHODS)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_trains_through_the_cli(
+    name: str, run_cli, tmp_path: Path, monkeypatch
+) -> None:
+    """Two epochs on digits with VRNL: one of warm-up where a method has one, one of its own."""
+    started: list[dict[str, torch.Tensor]] = []
+    on_train_start = NoisyLabelMethod.on_train_start
+
+    def record_start(self: NoisyLabelMethod) -> None:
+        on_train_start(self)
+        started.append({k: v.detach().clone() for k, v in self.state_dict().items()})
+
+    monkeypatch.setattr(NoisyLabelMethod, "on_train_start", record_start)
+    cli = run_cli(
+        "fit",
+        "--config",
+        str(CONFIGS / "data" / "digits.yaml"),
+        "--model",
+        f"noisylabels.methods.{name}",
+        "--model.alpha",
+        "0.05",
+        "--model.warmup_epochs",
+        "1",
+        "--data.noise_rate",
+        "0.3",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.limit_train_batches",
+        "6",
+        "--trainer.limit_val_batches",
+        "2",
+        "--trainer.accelerator",
+        "cpu",
+    )
+    results = read_results(tmp_path)
+    assert results["method"] == f"{name}-VRNL"
+    assert results["epochs"] == 2 and results["best_epoch"] == 1
+    assert 0.0 <= results["test_acc"] <= 1.0
+    model, metrics = cli.model, cli.trainer.callback_metrics  # after the test: test metrics
+    assert not model.in_warmup
+    scalars = logged_scalars(next(tmp_path.rglob("results.json")).parent)
+    assert set(model.epoch_stats.sums) == set(range(len(model.networks)))
+    for k in range(len(model.networks)):
+        prefix = "" if k == 0 else f"net{k}/"
+        losses = scalars[f"train/{prefix}loss"]
+        assert len(losses) == 2 and all(math.isfinite(v) for v in losses)
+        assert 0.0 <= scalars[f"train/{prefix}nonpositive_weight_frac"][-1] <= 1.0
+        assert 0.0 <= scalars[f"val/{prefix}acc"][-1] <= 1.0
+        assert 0.0 <= float(metrics[f"test/{prefix}acc"]) <= 1.0
+    # every network trained: its parameters moved from where the fit started
+    start = started[0]
+    trained = model.state_dict()
+    for prefix in ["net.", *(f"peers.{k}." for k in range(len(model.peers)))]:
+        keys = [k for k in start if k.startswith(prefix) and start[k].is_floating_point()]
+        assert keys and any(not torch.equal(start[k], trained[k]) for k in keys), prefix

@@ -50,5 +50,8 @@ def test_compiled_run_reaches_the_eager_runs_accuracy(run_cli, tmp_path: Path) -
             *("--trainer.accelerator", "cpu", "--model.compile", compile),
             root=tmp_path / compile,
         )
-        accuracy[compile] = read_results(tmp_path / compile)["test_acc"]
+        results = read_results(tmp_path / compile)
+        accuracy[compile] = results["test_acc"]
+        accuracy[f"{compile}, last epoch"] = results["test_acc_last"]
     assert abs(accuracy["true"] - accuracy["false"]) <= 0.003, accuracy
+    assert abs(accuracy["true, last epoch"] - accuracy["false, last epoch"]) <= 0.003, accuracy

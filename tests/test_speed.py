@@ -16,9 +16,10 @@ import torch
 import torch._dynamo
 from torch import Tensor
 
+from noisylabels.callbacks import DivergenceGuard
 from noisylabels.cli import auto_precision
 from noisylabels.data import DigitsDataModule
-from noisylabels.methods import CE, Forward, NoisyLabelMethod, Reweight, VolMinNet
+from noisylabels.methods import CE, CoTeaching, Forward, NoisyLabelMethod, Reweight, VolMinNet
 from noisylabels.methods.acceleration import resolve_channels_last, resolve_compile
 
 from conftest import CONFIGS, read_results
@@ -115,56 +116,58 @@ def test_compiled_step_equals_eager_step(name: str) -> None:
     torch.testing.assert_close(compiled.epoch_stats.sums[0], eager.epoch_stats.sums[0])
 
 
-class TwoNetworks(NoisyLabelMethod):
-    """A Co-teaching-shaped method: two networks from ``build_network``, each trained on the
-    samples the other finds small-loss (a selection given as ``used`` masks)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.peer = self.build_network()
-
-    def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
-        return torch.nn.functional.cross_entropy(logits, batch["label"], reduction="none")
-
-    def training_objective(self, batch: dict[str, Tensor]) -> Tensor:
-        logits = [self.net(batch["image"]), self.peer(batch["image"])]
-        losses = [self.stage_loss_fn(z, batch) for z in logits]
-        keep = [loss.detach() <= loss.detach().median() for loss in losses]
-        return sum(
-            self.vrnl(losses[k], logits[k], batch, used=keep[1 - k], network=k) for k in (0, 1)
-        )
+COTEACHING = {"forget_rate": 0.25, "ramp_epochs": 1}
 
 
-def test_every_built_network_is_compiled_and_equals_eager() -> None:
-    eager, compiled = _model(TwoNetworks, False), _model(TwoNetworks, True)
+def test_coteaching_every_network_is_compiled_and_its_step_equals_eager() -> None:
+    """Co-teaching's two networks (``self.networks``, the second from ``add_network``) are both
+    compiled, and the compiled step (selection as ``used`` masks) equals the eager one."""
+    eager, compiled = (
+        _model(CoTeaching, False, **COTEACHING),
+        _model(CoTeaching, True, **COTEACHING),
+    )
     for model in (eager, compiled):
         model.resolve_acceleration(CPU)
-    assert len(compiled.networks()) == 2
-    assert all(net._compiled_call_impl is not None for net in compiled.networks())
-    assert all(net._compiled_call_impl is None for net in eager.networks())
-    for n in (32,):
-        loss_e, grads_e = _loss_and_grads(eager, _batch(n))
-        loss_c, grads_c = _loss_and_grads(compiled, _batch(n))
-        torch.testing.assert_close(loss_c, loss_e)
-        for g_c, g_e in zip(grads_c, grads_e, strict=True):
-            torch.testing.assert_close(g_c, g_e, rtol=1e-4, atol=1e-6)
+        model.current_forget_rate = 0.25  # as at an epoch start of its own stage
+    assert len(compiled.networks) == 2
+    assert all(net._compiled_call_impl is not None for net in compiled.networks)
+    assert all(net._compiled_call_impl is None for net in eager.networks)
+    loss_e, grads_e = _loss_and_grads(eager, _batch())
+    loss_c, grads_c = _loss_and_grads(compiled, _batch())
+    torch.testing.assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-6)
+    assert len(grads_c) == len(grads_e) == len(list(compiled.parameters()))
+    for g_c, g_e in zip(grads_c, grads_e, strict=True):
+        torch.testing.assert_close(g_c, g_e, rtol=1e-4, atol=1e-6)
     for k in (0, 1):
-        step = compiled._steps[k]
-        assert step.network == k and step.used is not None
-        assert torch.all(step.weights[~step.used] == 0)
+        step_c, step_e = compiled._steps[k], eager._steps[k]
+        assert step_c.network == k and int(step_c.used.sum()) == 24
+        assert torch.equal(step_c.used, step_e.used)
+        assert torch.all(step_c.weights[~step_c.used] == 0)
 
 
-def test_a_network_built_after_setup_is_compiled() -> None:
-    """A method that replaces its network (e.g. re-initialized at the main stage) gets it
-    compiled and laid out as the run's settings say, and its state-dict keys are unchanged."""
-    model = _model(CE, True, channels_last=True)
-    keys = set(model.state_dict())
+def test_compiled_networks_survive_in_place_loads() -> None:
+    """``add_network`` after setup compiles the new network; ``reinit_networks`` and
+    ``load_network_state`` (``main_stage_init``, ``warmup_model: best``) load weights in place,
+    so the compiled modules compute with the loaded weights, state-dict keys unchanged."""
+    model = _model(CoTeaching, True, channels_last=True, **COTEACHING)
     model.resolve_acceleration(CPU)
-    model.net = model.build_network()
-    assert model.net._compiled_call_impl is not None and model.networks() == [model.net]
-    assert set(model.state_dict()) == keys
-    loss, grads = _loss_and_grads(model, _batch())
-    assert torch.isfinite(loss) and grads
+    keys = set(model.state_dict())
+    images = _batch()["image"]
+    before = [model.network_logits(images, k).detach().clone() for k in (0, 1)]
+    saved = model.network_state(device="cpu")
+    model.reinit_networks()
+    after = [model.network_logits(images, k) for k in (0, 1)]
+    assert all(not torch.allclose(a, b) for a, b in zip(after, before, strict=True))
+    model.load_network_state(saved)
+    for k, expected in enumerate(before):
+        torch.testing.assert_close(model.network_logits(images, k), expected)
+        assert model.networks[k]._compiled_call_impl is not None
+    third = model.add_network()
+    assert third._compiled_call_impl is not None and len(model.networks) == 3
+    assert keys < set(model.state_dict())
+    plain = _model(CE, False)
+    plain.net.load_state_dict(third.state_dict())
+    torch.testing.assert_close(model.network_logits(images, 2), plain(images))
 
 
 def test_auto_resolves_by_device() -> None:
@@ -248,7 +251,8 @@ SYNCING = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "n
 class NoHostSync(L.Callback):
     """Records, from the third step of the second epoch on, every call that makes the host wait
     for the device when the tensors live on a GPU: Tensor methods that read values into
-    Python, and indexing by a boolean mask. (On a GPU the benchmark proves the same with
+    Python, and indexing by a boolean mask (``numpy()`` is not among them: it takes host
+    tensors only, so it cannot wait for a device). (On a GPU the benchmark proves the same with
     ``torch.cuda.set_sync_debug_mode("error")``; this catches the Python-level causes on a
     CPU.) Adam's step counter is a CPU tensor by design and is left out."""
 
@@ -282,6 +286,12 @@ class NoHostSync(L.Callback):
 
         return spy
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        # the DivergenceGuard as on an accelerator (a device-side record, copied to the host
+        # without waiting), polled every other step so that the spied steps include polls
+        (guard,) = [c for c in trainer.callbacks if isinstance(c, DivergenceGuard)]
+        guard.every_step, guard.check_every = False, 2
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.active = trainer.current_epoch >= 1 and batch_idx >= 2
 
@@ -292,7 +302,7 @@ class NoHostSync(L.Callback):
         self.active = False  # the epoch's end reduces its statistics once, by design
 
 
-@pytest.mark.parametrize("cls", [Forward, TwoNetworks], ids=["Forward", "two-networks"])
+@pytest.mark.parametrize("cls", [Forward, CoTeaching], ids=["Forward", "CoTeaching"])
 def test_training_steps_make_no_host_synchronization(
     cls: type[NoisyLabelMethod], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -302,7 +312,7 @@ def test_training_steps_make_no_host_synchronization(
 
     L.seed_everything(0)
     dm = DigitsDataModule(batch_size=64, on_device=True)
-    kwargs = {"transition": True} if cls is Forward else {}
+    kwargs = {"transition": True} if cls is Forward else COTEACHING
     model = cls(backbone="mlp", num_classes=10, input_shape=SHAPE, alpha=0.1, **kwargs)
     spy = NoHostSync(monkeypatch)
     trainer = L.Trainer(
@@ -325,8 +335,9 @@ def test_training_steps_make_no_host_synchronization(
 def test_speed_options_from_the_command_line(run_cli, tmp_path: Path) -> None:
     """``--model.compile`` and ``--data.on_device`` through ``noisylabels fit`` on a CPU, with
     VolMinNet's manual optimization, and the ``auto`` precision: config.yaml records what the
-    run used. (The ``eager`` backend: Dynamo's graphs run as they are, the quickest check of
-    the plumbing; the numerics of compiled steps are checked above.)"""
+    run used, and the last-epoch and best-checkpoint tests run compiled. (The ``eager``
+    backend: Dynamo's graphs run as they are, the quickest check of the plumbing; the numerics
+    of compiled steps are checked above.)"""
     run_cli(
         *("fit", "--config", str(CONFIGS / "data" / "digits.yaml")),
         *("--config", str(CONFIGS / "method" / "volmin_vrnl.yaml")),
@@ -336,6 +347,9 @@ def test_speed_options_from_the_command_line(run_cli, tmp_path: Path) -> None:
     )
     results = read_results(tmp_path)
     assert results["method"] == "VolMinNet-VRNL" and results["test_acc"] > 0.2
+    # both test passes ran compiled: the last epoch's model, then the best checkpoint loaded in
+    # place into the compiled networks (one epoch: the same weights, the same accuracy)
+    assert results["test_acc_last"] == results["test_acc"]
     config = next(tmp_path.rglob("config.yaml")).read_text()
     assert "compile: true" in config and "on_device: true" in config
     assert "channels_last: auto" in config

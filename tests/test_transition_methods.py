@@ -261,17 +261,21 @@ def test_estimated_T_real_tiny_run_then_resume(run_cli, tmp_path, mnist_dir, mon
         raise AssertionError("a resumed run must not estimate T again")
 
     monkeypatch.setattr(transition_module, "anchor_transition", no_estimate)
-    second = tmp_path / "second"
     run_cli(
         "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
         "--model.transition", "estimate", "--model.warmup_epochs", "1",
         "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3",
         "--ckpt_path", str(folder / "checkpoints" / "last.ckpt"),
-        "--data.data_dir", str(mnist_dir), *TINY, root=second,
+        "--data.data_dir", str(mnist_dir), *TINY, root=first,
     )  # fmt: skip
-    resumed = run_dir_of(second)
-    assert torch.allclose(load_transition(resumed / "transition_estimate.csv", 10), T_hat)
-    assert read_results(second)["epochs"] == 3
+    # the run continues in its own folder, with the same T̂, one more epoch
+    assert run_dir_of(first) == folder
+    assert torch.allclose(load_transition(folder / "transition_estimate.csv", 10), T_hat)
+    resumed = read_results(first)
+    assert resumed["epochs"] == 3
+    assert resumed["resumed"] == [
+        {"from": str(folder / "checkpoints" / "last.ckpt"), "epochs_done": 2, "changed": {}}
+    ]
 
 
 def test_warmup_checkpoint_is_never_best() -> None:
@@ -299,14 +303,14 @@ def test_dual_t_under_fast_dev_run(run_cli, tmp_path, mnist_dir, monkeypatch, fi
         return real(probs, labels, filter_outliers, quantile)
 
     monkeypatch.setattr(transition_module, "dual_t_transition", spy)
-    run_cli(
+    cli = run_cli(
         "fit", "--config", str(CONFIGS / "mnist_forward.yaml"),
         "--model.transition", "estimate", "--model.estimator", "dual_t",
         "--model.filter_outliers", filter_outliers, "--trainer.fast_dev_run", "2",
         "--data.data_dir", str(mnist_dir), *TINY,
     )  # fmt: skip
     assert calls == [((32,), filter_outliers == "true")]
-    assert read_results(tmp_path)["t_estimation_error"] is not None
+    assert cli.results["t_estimation_error"] is not None
 
 
 def test_estimation_uses_outputs_without_augmentation(cifar10_dir) -> None:
@@ -337,13 +341,14 @@ def test_biased_true_T_reports_its_error(run_cli, tmp_path, mnist_dir) -> None:
     run_cli(
         "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
         "--model.transition", "true", "--model.transition_bias", "0.1",
-        "--model.bias_seed", "3", "--trainer.fast_dev_run", "2",
-        "--data.data_dir", str(mnist_dir), *TINY,
+        "--model.bias_seed", "3", "--trainer.max_epochs", "1",
+        "--trainer.limit_train_batches", "2", "--data.data_dir", str(mnist_dir), *TINY,
     )  # fmt: skip
     results = read_results(tmp_path)
-    true_t = load_transition(tmp_path / "transition.csv", 10)
+    folder = run_dir_of(tmp_path)
+    true_t = load_transition(folder / "transition.csv", 10)
     expected = bias_transition(true_t, 0.1, torch.Generator().manual_seed(3))
-    used = load_transition(tmp_path / "transition_estimate.csv", 10)
+    used = load_transition(folder / "transition_estimate.csv", 10)
     assert torch.allclose(used, expected, atol=1e-6)
     assert results["t_estimation_error"] == pytest.approx(estimation_error(true_t, expected))
     assert results["t_estimation_error"] > 0.05

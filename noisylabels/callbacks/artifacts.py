@@ -39,6 +39,8 @@ class NoiseRecorder(L.Callback):
         datamodule = trainer.datamodule
         if stage != "fit" or datamodule is None or not hasattr(datamodule, "noise_state"):
             return
+        if getattr(trainer, "fast_dev_run", False):  # a smoke test writes no run folder
+            return
         if not trainer.is_global_zero:
             return
         out = run_dir(trainer)

@@ -102,8 +102,9 @@ def summarize(
             processes (the padding of a distributed sampler) is averaged, never counted twice.
         noisy, clean: training and clean labels ``(N,)`` (clean ``-1`` = unknown).
         subsets: :func:`subset_ids` of the samples.
-        noisy_posterior: map from clean posteriors ``p`` to noisy posteriors ``q`` (e.g.
-            ``q = p @ T``); ``None`` means ``q = p``.
+        noisy_posterior: map ``(p, index)`` from clean posteriors ``p`` of the samples with
+            dataset indices ``index`` to noisy posteriors ``q`` (e.g. ``q = p @ T``, or a
+            per-sample T); ``None`` means ``q = p``.
         with_losses: also return each subset's per-sample training losses (for histograms).
 
     Returns:
@@ -122,7 +123,8 @@ def summarize(
     if noisy_posterior is None:
         ce_noisy = -log_p.gather(1, label).squeeze(1)
     else:
-        ce_noisy = -torch.log(noisy_posterior(log_p.exp()).gather(1, label).squeeze(1) + EPS)
+        q = noisy_posterior(log_p.exp(), rows)
+        ce_noisy = -torch.log(q.gather(1, label).squeeze(1) + EPS)
     loss = b[:, c + _LOSS] / count
     values = torch.stack([loss, ce_noisy, ce_clean]).double() * has_loss
     weight = torch.where(has_weight, b[:, c + _WEIGHT] / b[:, c + _SEEN_WEIGHT].clamp_min(1), 0)

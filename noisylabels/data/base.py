@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
 from noisylabels.data.memory import (
     ON_DEVICE,
@@ -137,9 +137,9 @@ class NoisyDataModule(L.LightningDataModule):
             dataset=type(self).__name__,
         )
         if not 0.0 <= val_fraction < 1.0:
-            raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
+            raise InputError(f"--data.val_fraction must be in [0, 1), got {val_fraction}")
         if batch_size < 1:
-            raise InputError(f"batch_size must be positive, got {batch_size}")
+            raise InputError(f"--data.batch_size must be positive, got {batch_size}")
         self.save_hyperparameters()
         self.data_dir = Path(data_dir).expanduser()
         self.batch_size = batch_size
@@ -304,8 +304,8 @@ class NoisyDataModule(L.LightningDataModule):
             sampler = shard_sampler(dataset, shards, shuffle, batch_size)
         device = batch_device(self.on_device, dataset, self.trainer, type(self).__name__)
         if device is not None:
-            if sampler is None:
-                sampler = RandomSampler(dataset) if shuffle else SequentialSampler(dataset)
+            if sampler is None:  # one process, in order (a shuffled order is a ShardSampler's)
+                sampler = SequentialSampler(dataset)
             return DeviceBatches(dataset, sampler, batch_size, device, self._device_copies)
         return self.loader_class(
             dataset,
@@ -345,14 +345,14 @@ class NoisyDataModule(L.LightningDataModule):
         dataset = self._clean_dataset(self.data.test_images, self.data.test_labels, "test")
         return self._loader(dataset, self.eval_batch_size, False)
 
-    def train_eval_dataloader(self) -> DataLoader:
-        """The training split in order, without augmentation (for T estimation and statistics)."""
-        return self._loader(
-            self._split_dataset(self.train_indices, "train_eval"),
-            self.eval_batch_size,
-            False,
-            False,
-        )
+    def train_eval_dataloader(self, split: str = "train") -> DataLoader:
+        """The training split in order, without augmentation (for T estimation and statistics);
+        ``split="val"``: the noisy validation split of the training set, likewise."""
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        indices = self.train_indices if split == "train" else self.val_indices
+        name = "train_eval" if split == "train" else "val"
+        return self._loader(self._split_dataset(indices, name), self.eval_batch_size, False, False)
 
     def train_eval_batches(
         self,
@@ -360,6 +360,7 @@ class NoisyDataModule(L.LightningDataModule):
         limit: int | float | None = None,
         rank: int = 0,
         world_size: int = 1,
+        split: str = "train",
     ) -> Iterator[dict[str, Tensor]]:
         """Batches of :meth:`train_eval_dataloader` on ``device``, normalized, never augmented:
         what T estimation and exact training statistics run the model over.
@@ -368,8 +369,9 @@ class NoisyDataModule(L.LightningDataModule):
             limit: as Lightning's ``limit_*_batches``: an int caps the number of batches, a
                 float below 1 keeps that fraction of them (at least one).
             rank, world_size: keep every ``world_size``-th batch, starting at ``rank``.
+            split: ``train``, or ``val`` for the noisy validation split.
         """
-        loader = self.train_eval_dataloader()
+        loader = self.train_eval_dataloader(split)
         n = len(loader)
         if isinstance(limit, int):
             n = min(n, limit)

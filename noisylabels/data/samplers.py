@@ -95,14 +95,18 @@ def shard_sampler(
     dataset: Sized, shards: dict[str, Any] | None, shuffle: bool, batch_size: int
 ) -> ShardSampler | None:
     """This process's :class:`ShardSampler` under DDP (``shards``: Lightning's
-    ``distributed_sampler_kwargs``), seeded like Lightning's own sampler; ``None`` with one
-    process. Training loaders (``shuffle``) get equal batch counts on every process."""
-    if not shards or shards.get("num_replicas", 1) <= 1:
+    ``distributed_sampler_kwargs``), seeded like Lightning's own sampler; with one process the
+    whole shuffled order for a training loader (so the data order depends on the training seed
+    and the epoch only, never on the global random state, and a resumed run draws the same
+    order), ``None`` (in order) for the others. Training loaders (``shuffle``) get equal batch
+    counts on every process."""
+    single = not shards or shards.get("num_replicas", 1) <= 1
+    if single and not shuffle:
         return None
     return ShardSampler(
         dataset,
-        shards["num_replicas"],
-        shards["rank"],
+        1 if single else shards["num_replicas"],
+        0 if single else shards["rank"],
         shuffle=shuffle,
         seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),  # Lightning's sampler seed
         batch_size=batch_size if shuffle else None,

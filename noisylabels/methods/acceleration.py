@@ -1,13 +1,13 @@
 """How a method runs fast on its device: ``torch.compile`` of its networks and of its loss
 arithmetic, CUDA graphs, and the channels-last memory format.
 
-Every network a method makes with :meth:`~noisylabels.methods.base.NoisyLabelMethod.build_network`
-(one for most methods, two for Co-teaching-style methods, a fresh one when a method
-re-initializes its network) is registered here and, once the run's device is known
-(``setup``), compiled in place (``nn.Module.compile``: the state-dict keys, checkpoints and
-optimizers are unchanged) for training and evaluation; the base's per-sample loss of the
-current stage and the VRNL arithmetic are compiled as functions. A network built later is
-compiled as it is built.
+Every network of the method (``self.networks``: ``self.net`` and those of ``add_network``) is,
+once the run's device is known (``setup``), compiled in place (``nn.Module.compile``: the
+state-dict keys, checkpoints and optimizers are unchanged) for training and evaluation; a
+network added later is compiled as it is added. Weights are replaced in place
+(``load_state_dict``, as ``warmup_model: best`` and ``main_stage_init: reinit/restart`` do), so
+the compiled modules and their graphs stay valid. The base's per-sample loss of the current
+stage and the VRNL arithmetic are compiled as functions.
 
 ``auto`` settings resolve by device: on CUDA, compile with CUDA graphs (mode
 ``reduce-overhead``) and channels-last; elsewhere (CPU) neither, since compiling does not pay
@@ -39,7 +39,6 @@ AUTO = "auto"
 RECOMPILE_LIMIT = 16
 """Graphs per compiled function a run may make (train/evaluation x full/last batch size x
 stage, each at most once): Dynamo's own default (8) is just reached by a two-stage method."""
-_NETWORK_TAG = "_noisylabels_network"
 
 
 def resolve_compile(value: bool | str, device: torch.device) -> str | None:
@@ -101,25 +100,17 @@ class Acceleration:
         kwargs = self._compile_kwargs
         return None if kwargs is None else kwargs.get("mode") or "default"
 
-    def register_network(self, net: nn.Module) -> nn.Module:
-        """Mark ``net`` as one of the method's networks (compiled and laid out with the run's
-        settings, now if they are resolved, else when they are); return it."""
-        setattr(net, _NETWORK_TAG, True)
-        if self._resolved:
-            self._prepare_network(net)
-        elif self.channels_last_active:
-            net.to(memory_format=torch.channels_last)
-        return net
+    def layout_network(self, net: nn.Module) -> nn.Module:
+        """``net`` in the memory format the run's settings give (channels-last or not)."""
+        return net.to(memory_format=torch.channels_last) if self.channels_last_active else net
 
-    def networks(self) -> list[nn.Module]:
-        """The method's networks made by ``build_network`` that it holds now."""
-        return [m for m in self.modules() if getattr(m, _NETWORK_TAG, False)]
-
-    def _prepare_network(self, net: nn.Module) -> None:
-        if self.channels_last_active:
-            net.to(memory_format=torch.channels_last)
-        if self._compile_kwargs is not None:
+    def compile_network(self, net: nn.Module) -> nn.Module:
+        """Lay out ``net`` and, once the settings are resolved, compile it in place as they
+        say (a network added after ``setup``); return it."""
+        self.layout_network(net)
+        if self._resolved and self._compile_kwargs is not None:
             net.compile(**self._compile_kwargs)
+        return net
 
     def resolve_acceleration(self, device: torch.device, world_size: int = 1) -> None:
         """Resolve ``auto`` for ``device`` and compile: the networks, the stage's per-sample
@@ -139,9 +130,9 @@ class Acceleration:
                 device.type == "cuda" and "mode" in kwargs and kwargs["mode"] in CUDAGRAPH_MODES
             )
         self._resolved = True
-        networks = self.networks()
+        networks = self.networks
         for net in networks:
-            self._prepare_network(net)
+            self.compile_network(net)
         if self._compile_kwargs is None:
             return
         self.stage_loss_fn = torch.compile(self.stage_loss, **self._compile_kwargs)

@@ -13,7 +13,10 @@ What the base owns, so that a method is a small file:
   the method's own stage (``milestones_from: main``) unless set otherwise;
 * manual optimization: a method that sets ``automatic_optimization = False`` and returns several
   optimizers from ``configure_optimizers`` has them all stepped once per batch, through the
-  precision plugin's loss scaler, with their LR schedulers stepped once per epoch.
+  precision plugin's loss scaler, with their LR schedulers stepped once per epoch;
+* further networks: :meth:`~NoisyLabelMethod.add_network` gives a method a second (third, ...)
+  backbone with its own optimizer, validated and tested beside network 0, which stays the one
+  model selection and the clean test accuracy use.
 
 Methods that model the noise with a transition matrix also override
 :meth:`~NoisyLabelMethod.noisy_posterior` (``q = p @ T``, ``T`` row-stochastic:
@@ -33,7 +36,9 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from noisylabels.errors import InputError
 from noisylabels.methods.acceleration import Acceleration
+from noisylabels.methods.networks import Networks
 from noisylabels.methods.optim import OPTIMIZERS, Optimization
 from noisylabels.methods.stages import StageSchedule
 from noisylabels.methods.step import EpochStatistics, StepOutput
@@ -43,7 +48,7 @@ from noisylabels.models import build_backbone
 MILESTONES_FROM = ("main", "start")
 
 
-class NoisyLabelMethod(StageSchedule, Optimization, Acceleration, L.LightningModule):
+class NoisyLabelMethod(StageSchedule, Optimization, Networks, Acceleration, L.LightningModule):
     """Base of all methods; trains on the VRNL objective of the method's per-sample losses.
 
     Args:
@@ -61,6 +66,14 @@ class NoisyLabelMethod(StageSchedule, Optimization, Acceleration, L.LightningMod
             stage, after any warm-up; ``start``: from epoch 0.
         warmup_epochs: epochs of plain cross-entropy (VRNL off) before the method's own
             objective, for methods with a warm-up stage.
+        warmup_model: which warm-up model the estimation point (T̂) sees: ``last`` epoch's or
+            ``best`` (highest noisy-validation accuracy, i.e. early stopping: T-Revision, Dual-T).
+        main_stage_init: what the method's own stage starts from: ``continue`` (the last warm-up
+            network and its optimizer state; the VRNL paper's Reweight), ``reinit`` (a newly
+            initialised network, fresh optimizer state; Patrini's Forward, Dual-T) or
+            ``restart`` (the estimation model, fresh optimizer state; T-Revision).
+        warmup_momentum: SGD momentum during the warm-up (T-Revision and Dual-T: 0); ``None``
+            keeps ``momentum``. The three warm-up options act only in runs with a warm-up.
         pretrained: start from ImageNet weights (``resnet50`` only; from torchvision's local
             cache or ``weights_path``).
         weights_path: a state-dict file of pretrained backbone weights.
@@ -78,6 +91,8 @@ class NoisyLabelMethod(StageSchedule, Optimization, Acceleration, L.LightningMod
             seconds without generating code, for checking a method under compilation).
     """
 
+    abstract = True  # a base of methods, not one itself (see methods.registry)
+
     def __init__(
         self,
         backbone: str = "lenet5",
@@ -93,6 +108,9 @@ class NoisyLabelMethod(StageSchedule, Optimization, Acceleration, L.LightningMod
         lr_gamma: float = 0.1,
         milestones_from: str = "main",
         warmup_epochs: int = 0,
+        warmup_model: str = "last",
+        main_stage_init: str = "continue",
+        warmup_momentum: float | None = None,
         pretrained: bool = False,
         weights_path: str | None = None,
         backbone_kwargs: dict[str, Any] | None = None,
@@ -103,17 +121,26 @@ class NoisyLabelMethod(StageSchedule, Optimization, Acceleration, L.LightningMod
     ) -> None:
         super().__init__()
         if variance_scope not in SCOPES:
-            raise ValueError(f"variance_scope must be one of {SCOPES}, got {variance_scope!r}")
+            raise InputError(
+                f"--model.variance_scope must be one of {SCOPES}, got {variance_scope!r}"
+            )
         if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+            raise InputError(f"--model.optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
         if milestones_from not in MILESTONES_FROM:
-            raise ValueError(
-                f"milestones_from must be one of {MILESTONES_FROM}, got {milestones_from!r}"
+            raise InputError(
+                f"--model.milestones_from must be one of {MILESTONES_FROM}, got {milestones_from!r}"
             )
         if lr <= 0:
-            raise ValueError(f"lr must be positive, got {lr}")
+            raise InputError(f"--model.lr must be positive, got {lr}")
         if int(warmup_epochs) < 0:
-            raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")
+            raise InputError(f"--model.warmup_epochs must be >= 0, got {warmup_epochs}")
+        if warmup_momentum is not None and not 0.0 <= warmup_momentum < 1.0:
+            raise InputError(f"--model.warmup_momentum must be in [0, 1), got {warmup_momentum}")
+        if warmup_momentum is not None and optimizer != "sgd":
+            raise InputError(
+                f"--model.warmup_momentum is SGD's momentum; optimizer {optimizer!r} has none "
+                "(set --model.warmup_momentum null)"
+            )
         self.save_hyperparameters()
         self.num_classes = num_classes
         self.alpha = float(alpha)
@@ -122,6 +149,7 @@ class NoisyLabelMethod(StageSchedule, Optimization, Acceleration, L.LightningMod
         self.net = self.build_network()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.test_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
+        self.init_networks()
         self.val_loss = MeanMetric()
         self.init_stages()
         # epoch statistics live outside the module's buffers: DDP broadcasts buffers from
@@ -129,28 +157,33 @@ class NoisyLabelMethod(StageSchedule, Optimization, Acceleration, L.LightningMod
         self.epoch_stats = EpochStatistics()
         self._steps: list[StepOutput] = []
 
+    #: the name the clean test accuracy is logged under (``run.fit_and_test`` tests the
+    #: last-epoch model as ``test/acc_last`` before the selected checkpoint as ``test/acc``)
+    test_metric: str = "test/acc"
+
     def build_network(self) -> nn.Module:
-        """A new backbone as the options describe (also used to add further networks, or to
-        replace one): in channels-last and compiled as the run's settings say."""
+        """A new backbone as the options describe, in the run's memory format (also used to
+        add further networks and for fresh weights; ``add_network`` compiles what it adds)."""
         hp = self.hparams
         kwargs = dict(hp.backbone_kwargs or {})
         if hp.pretrained or hp.weights_path:
             if hp.backbone != "resnet50":
-                raise ValueError(
+                raise InputError(
                     f"pretrained weights are available for resnet50 only, not {hp.backbone!r}; "
                     "set --model.pretrained false"
                 )
             kwargs.update(pretrained=True, weights_path=hp.weights_path)
         net = build_backbone(hp.backbone, self.num_classes, tuple(hp.input_shape), **kwargs)
-        return self.register_network(net)
+        return self.layout_network(net)
 
     # ---------------------------------------------------------------- what a method defines
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         """The method's loss of each sample against its (noisy) label, shape ``(B,)``."""
         raise NotImplementedError
 
-    def noisy_posterior(self, probs: Tensor) -> Tensor:
-        """Map clean posteriors ``p`` to noisy-label posteriors (``p`` itself by default)."""
+    def noisy_posterior(self, probs: Tensor, index: Tensor | None = None) -> Tensor:
+        """Map clean posteriors ``p`` (rows) to noisy-label posteriors (``p`` itself by default).
+        ``index``: the samples' dataset indices, for methods whose T depends on the sample."""
         return probs
 
     def transition(self) -> Tensor | None:
@@ -158,9 +191,15 @@ class NoisyLabelMethod(StageSchedule, Optimization, Acceleration, L.LightningMod
         return None
 
     @property
+    def base_method_name(self) -> str:
+        """The method's name without VRNL: its class name unless a variant says more."""
+        return type(self).__name__
+
+    @property
     def method_name(self) -> str:
-        """Display name, with ``-VRNL`` where ``alpha`` is non-zero."""
-        base = type(self).__name__
+        """Display name (``results.json``'s ``method``), with ``-VRNL`` where ``alpha`` is
+        non-zero."""
+        base = self.base_method_name
         return f"{base}-VRNL" if self.alpha != 0 else base
 
     # ---------------------------------------------------------------- the objective
@@ -211,9 +250,12 @@ class NoisyLabelMethod(StageSchedule, Optimization, Acceleration, L.LightningMod
 
     # ---------------------------------------------------------------- Lightning
     def forward(self, images: Tensor) -> Tensor:
+        return self.net(self._network_input(images))
+
+    def _network_input(self, images: Tensor) -> Tensor:
         if self.channels_last_active and images.ndim == 4:
             images = images.contiguous(memory_format=torch.channels_last)
-        return self.net(images)
+        return images
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Any]:
         """Compute :meth:`training_objective` (and, under manual optimization, step every
@@ -259,52 +301,60 @@ class NoisyLabelMethod(StageSchedule, Optimization, Acceleration, L.LightningMod
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """Validation: the stage's loss, and the accuracy of ``noisy_posterior(p)`` against
         noisy labels (of ``p`` itself in a warm-up, or where the data module validates on clean
-        labels)."""
-        logits = self(batch["image"])
-        self.val_loss.update(self.stage_loss_fn(logits, batch))
-        probs = F.softmax(logits.float(), dim=1)
+        labels): the accuracy of every network, the loss of network 0."""
         datamodule = getattr(self.trainer, "datamodule", None)
-        if not (self.in_warmup or getattr(datamodule, "clean_validation", False)):
-            probs = self.noisy_posterior(probs)
-        self.val_acc.update(probs.argmax(1), batch["label"])
+        noisy = not (self.in_warmup or getattr(datamodule, "clean_validation", False))
+        for k, accuracy in enumerate(self._accuracies("val")):
+            logits = self.network_logits(batch["image"], k)
+            if k == 0:
+                self.val_loss.update(self.stage_loss_fn(logits, batch))
+            probs = F.softmax(logits.float(), dim=1)
+            if noisy:
+                probs = self.noisy_posterior(probs, batch.get("index"))
+            accuracy.update(probs.argmax(1), batch["label"])
 
     def on_validation_epoch_end(self) -> None:
+        self.record_warmup_score(float(self.val_acc.compute()))
         self.log("val/loss", self.val_loss.compute())
-        self.log("val/acc", self.val_acc.compute(), prog_bar=True)
         self.val_loss.reset()
-        self.val_acc.reset()
+        self._log_accuracies("val", prog_bar=True)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        """Clean test: accuracy of the clean posterior ``p`` against the clean labels."""
-        logits = self(batch["image"])
-        self.test_acc.update(logits.argmax(1), batch["label"])
+        """Clean test: accuracy of each network's clean posterior ``p`` against the clean
+        labels (``test/acc``: network 0)."""
+        for k, accuracy in enumerate(self._accuracies("test")):
+            accuracy.update(self.network_logits(batch["image"], k).argmax(1), batch["label"])
 
     def on_test_epoch_end(self) -> None:
-        self.log("test/acc", self.test_acc.compute())
-        self.test_acc.reset()
+        self._log_accuracies("test")
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         return F.softmax(self(batch["image"]).float(), dim=1)
 
     @torch.no_grad()
     def training_split_logits(
-        self, limit: int | float | None = None, rank: int = 0, world_size: int = 1
+        self,
+        limit: int | float | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        split: str = "train",
     ) -> Iterator[tuple[dict[str, Tensor], Tensor]]:
         """``(batch, logits)`` over the training split in order, without augmentation, with the
         model in eval mode (restored afterwards): what T estimation and exact training
-        statistics run on. ``limit``/``rank``/``world_size`` as in the data module's
-        ``train_eval_batches``."""
+        statistics run on. ``limit``/``rank``/``world_size``/``split`` (``val``: the noisy
+        validation split) as in the data module's ``train_eval_batches``."""
         trainer = self.trainer
         datamodule = trainer.datamodule
         if datamodule is None or not hasattr(datamodule, "train_eval_batches"):
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__} needs a NoisyDataModule (with train_eval_batches) to run "
                 "the model over the training split"
             )
         modes = {m: m.training for m in self.modules()}
         self.eval()
         try:
-            for batch in datamodule.train_eval_batches(self.device, limit, rank, world_size):
+            batches = datamodule.train_eval_batches(self.device, limit, rank, world_size, split)
+            for batch in batches:
                 self.begin_step()
                 with trainer.precision_plugin.forward_context():
                     logits = self(batch["image"])
@@ -315,11 +365,22 @@ class NoisyLabelMethod(StageSchedule, Optimization, Acceleration, L.LightningMod
 
     def configure_callbacks(self) -> list[L.Callback]:
         """The run's own callbacks, so ``Trainer.fit`` records what ``noisylabels fit`` does: the
-        noise and its T (``noise.pt``, ``transition.csv``), T̂ and ε_T, and whatever the data
-        module needs (e.g. a skipped-image report)."""
-        from noisylabels.callbacks import NoiseRecorder, TransitionMonitor
+        noise and its T (``noise.pt``, ``transition.csv``), T̂ and ε_T, the stop on a NaN/Inf
+        loss, ``checkpoints/last.ckpt`` to resume from, and whatever the data module needs (e.g.
+        a skipped-image report)."""
+        from noisylabels.callbacks import (
+            DivergenceGuard,
+            LastCheckpoint,
+            NoiseRecorder,
+            TransitionMonitor,
+        )
 
-        callbacks: list[L.Callback] = [NoiseRecorder(), TransitionMonitor()]
+        callbacks: list[L.Callback] = [
+            NoiseRecorder(),
+            TransitionMonitor(),
+            DivergenceGuard(),
+            LastCheckpoint(),
+        ]
         datamodule = getattr(self._trainer, "datamodule", None)
         extra = getattr(datamodule, "callbacks", None)
         if callable(extra):

@@ -32,3 +32,13 @@ def forward_loss(probs: Tensor, T: Tensor, labels: Tensor) -> Tensor:
     ``T[i, j] = P(noisy=j | clean=i)``."""
     q = apply_transition(probs, T)
     return -torch.log(q.gather(1, labels.unsqueeze(1)).squeeze(1) + EPS)
+
+
+def importance_weights(probs: Tensor, noisy_probs: Tensor, labels: Tensor) -> Tensor:
+    """Importance weights ``β_i = p_{y~_i} / q_{y~_i}`` (Liu & Tao 2016) of clean posteriors
+    ``probs`` and noisy posteriors ``noisy_probs`` (both B x C; ``q = p @ T`` with a
+    row-stochastic ``T[i, j] = P(noisy=j | clean=i)``, or a per-sample T(x)), in float32."""
+    idx = labels.unsqueeze(1)
+    p_y = probs.float().gather(1, idx).squeeze(1)
+    q_y = noisy_probs.float().gather(1, idx).squeeze(1)
+    return p_y / q_y.clamp_min(EPS)

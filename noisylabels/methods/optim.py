@@ -16,12 +16,30 @@ class Optimization:
     ``automatic_optimization = False`` and several optimizers."""
 
     def make_optimizer(self, params: Any, name: str, lr: float, weight_decay: float) -> Any:
-        """Build ``sgd`` (with the module's momentum) or ``adam`` over ``params``."""
+        """Build ``sgd`` (with the current stage's momentum: ``warmup_momentum`` in a warm-up
+        where it is set, else ``momentum``) or ``adam`` over ``params``."""
         if name == "sgd":
             return torch.optim.SGD(
-                params, lr=lr, momentum=self.hparams.momentum, weight_decay=weight_decay
+                params, lr=lr, momentum=self.stage_momentum(), weight_decay=weight_decay
             )
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+
+    def _torch_optimizers(self) -> list[Any]:
+        trainer = self._trainer
+        return list(trainer.optimizers) if trainer is not None else []
+
+    def set_optimizer_momentum(self, momentum: float) -> None:
+        """Set the momentum of every SGD optimizer (at the start of the method's own stage)."""
+        for optimizer in self._torch_optimizers():
+            if isinstance(optimizer, torch.optim.SGD):
+                for group in optimizer.param_groups:
+                    group["momentum"] = momentum
+
+    def reset_optimizer_state(self) -> None:
+        """Drop every optimizer's state (momentum buffers, Adam's moments and step counts), as
+        a newly made optimizer has none; learning rates and schedules are kept."""
+        for optimizer in self._torch_optimizers():
+            optimizer.state.clear()
 
     def make_scheduler(self, optimizer: Any) -> Any:
         """MultiStepLR with the module's milestones (counted from the start of the method's
@@ -31,12 +49,24 @@ class Optimization:
         )
 
     def configure_optimizers(self) -> Any:
+        """One optimizer (with its LR schedule) per network of the method (``self.networks``);
+        several networks train by manual optimization, every optimizer stepping once per
+        batch."""
         hp = self.hparams
-        opt = self.make_optimizer(self.net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
-        return {"optimizer": opt, "lr_scheduler": self.make_scheduler(opt)}
+        optimizers = [
+            self.make_optimizer(net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
+            for net in self.networks
+        ]
+        schedulers = [self.make_scheduler(opt) for opt in optimizers]
+        if len(optimizers) == 1:
+            return {"optimizer": optimizers[0], "lr_scheduler": schedulers[0]}
+        return optimizers, schedulers
 
     def manual_step(self, loss: Tensor) -> None:
         """Backpropagate ``loss`` and step every optimizer once (manual optimization).
+
+        With one optimizer per network and networks with disjoint parameters, backpropagating
+        the sum of the networks' objectives gives each network the gradient of its own.
 
         The first optimizer steps through Lightning, so one batch is one ``global_step``
         (``max_steps``, ``fast_dev_run``); the others step their plain torch optimizer, through

@@ -18,7 +18,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from noisylabels.methods.losses import EPS
+from noisylabels.methods.losses import importance_weights
 from noisylabels.methods.transition import TransitionMethod
 
 
@@ -38,16 +38,18 @@ class Reweight(TransitionMethod):
         super().__init__(transition=transition, **kwargs)
         self.detach_beta = bool(detach_beta)
 
-    def importance_weights(self, probs: Tensor, labels: Tensor) -> Tensor:
-        """``β_i = p_{y~_i} / (p @ T)_{y~_i}`` for clean posteriors ``probs`` (B x C)."""
-        idx = labels.unsqueeze(1)
-        p_y = probs.gather(1, idx).squeeze(1)
-        q_y = self.noisy_posterior(probs).gather(1, idx).squeeze(1)
-        beta = p_y / q_y.clamp_min(EPS)
-        return beta.detach() if self.detach_beta else beta
+    def importance_weights(
+        self, probs: Tensor, labels: Tensor, index: Tensor | None = None
+    ) -> Tensor:
+        """``β_i = p_{y~_i} / (p @ T)_{y~_i}`` for clean posteriors ``probs`` (B x C) of the
+        samples ``index``. With ``detach_beta`` no gradient reaches the network through β (a
+        learned T, as T-Revision's, still gets one)."""
+        if self.detach_beta:
+            probs = probs.detach()
+        return importance_weights(probs, self.noisy_posterior(probs, index), labels)
 
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         logits = logits.float()
         labels = batch["label"]
-        beta = self.importance_weights(F.softmax(logits, dim=1), labels)
+        beta = self.importance_weights(F.softmax(logits, dim=1), labels, batch.get("index"))
         return beta * F.cross_entropy(logits, labels, reduction="none")

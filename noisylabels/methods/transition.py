@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from noisylabels.errors import InputError, MissingFileError
 from noisylabels.methods.base import NoisyLabelMethod
 from noisylabels.methods.losses import apply_transition
 from noisylabels.noise import (
@@ -79,6 +80,8 @@ class TransitionMethod(NoisyLabelMethod):
         **kwargs: see :class:`~noisylabels.methods.base.NoisyLabelMethod`.
     """
 
+    abstract = True  # a base of methods, not one itself (see methods.registry)
+
     def __init__(
         self,
         transition: bool | str = True,
@@ -92,25 +95,25 @@ class TransitionMethod(NoisyLabelMethod):
     ) -> None:
         super().__init__(warmup_epochs=warmup_epochs, **kwargs)
         if transition is False:
-            raise ValueError(
-                "transition: false leaves nothing to correct with; use the CE method, "
+            raise InputError(
+                "--model.transition false leaves nothing to correct with; use the CE method, "
                 "transition: true (the true T), estimate, or a path to a T file"
             )
         if isinstance(transition, str) and transition != ESTIMATE:
             if not Path(transition).expanduser().is_file():
-                raise FileNotFoundError(
+                raise MissingFileError(
                     f"transition file {transition} does not exist; --model.transition takes "
                     "true, estimate, or the path of a T file"
                 )
         if estimator not in ESTIMATORS:
-            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+            raise InputError(f"--model.estimator must be one of {ESTIMATORS}, got {estimator!r}")
         if not 0.0 < outlier_quantile <= 1.0:
-            raise ValueError(
-                f"outlier_quantile must be a fraction in (0, 1] (0.97, not 97), "
+            raise InputError(
+                f"--model.outlier_quantile must be a fraction in (0, 1] (0.97, not 97), "
                 f"got {outlier_quantile}"
             )
         if not transition_bias >= 0.0:
-            raise ValueError(f"transition_bias (γ) must be >= 0, got {transition_bias}")
+            raise InputError(f"--model.transition_bias (γ) must be >= 0, got {transition_bias}")
         self.transition_source = transition
         self.register_buffer("T", torch.eye(self.num_classes))
 
@@ -121,6 +124,14 @@ class TransitionMethod(NoisyLabelMethod):
         return self.transition_source == ESTIMATE
 
     @property
+    def base_method_name(self) -> str:
+        """``Forward-DualT`` / ``Reweight-DualT`` where T̂ comes from the Dual-T estimator, so
+        tables keep them apart from the anchor-point runs."""
+        name = type(self).__name__
+        dual_t = self.estimates_transition and self.hparams.estimator == "dual_t"
+        return f"{name}-DualT" if dual_t else name
+
+    @property
     def has_warmup_stage(self) -> bool:
         """A warm-up stage precedes the correction only when T̂ is estimated."""
         return self.estimates_transition
@@ -129,7 +140,7 @@ class TransitionMethod(NoisyLabelMethod):
         """The T this method corrects with; ``None`` while T̂ is not estimated yet."""
         return None if self.in_warmup else self.T
 
-    def noisy_posterior(self, probs: Tensor) -> Tensor:
+    def noisy_posterior(self, probs: Tensor, index: Tensor | None = None) -> Tensor:
         return apply_transition(probs, self.T)
 
     def store_transition(self, T: Tensor) -> None:
@@ -153,7 +164,7 @@ class TransitionMethod(NoisyLabelMethod):
         true_t = true_transition(datamodule)
         if true_t is None:
             noise = getattr(datamodule, "noise_type", "unknown")
-            raise ValueError(
+            raise InputError(
                 f"transition: true needs the true T, which noise type {noise!r} does not have; "
                 "pass --model.transition estimate, or a path to a T file"
             )
@@ -182,21 +193,42 @@ class TransitionMethod(NoisyLabelMethod):
         self.store_transition(self.biased(T_hat))
 
     def train_outputs(self) -> tuple[Tensor, Tensor]:
-        """Softmax outputs (N x C, CPU) and noisy labels of the training split, in order and
-        without augmentation, with the model in eval mode. Honours ``limit_train_batches``."""
-        probs, labels = [], []
-        for batch, logits in self.training_split_logits(self.trainer.limit_train_batches):
-            probs.append(F.softmax(logits.float(), dim=1).cpu())
-            labels.append(batch["label"].cpu())
-        return torch.cat(probs), torch.cat(labels)
+        """Softmax outputs and noisy labels of the training split (see :func:`train_outputs`)."""
+        return train_outputs(self)
 
     def estimate_transition(self) -> Tensor:
         """Estimate T̂ from the current model (anchor points or Dual-T, ``filter_outliers`` at
         ``outlier_quantile``); every process gets process 0's estimate."""
         hp = self.hparams
-        probs, labels = self.train_outputs()
-        if hp.estimator == "dual_t":
-            T_hat = dual_t_transition(probs, labels, hp.filter_outliers, hp.outlier_quantile)
-        else:
-            T_hat = anchor_transition(probs, hp.filter_outliers, hp.outlier_quantile)
-        return self.trainer.strategy.broadcast(T_hat, src=0)
+        return estimate_from_model(self, hp.estimator, hp.filter_outliers, hp.outlier_quantile)
+
+
+def train_outputs(model: NoisyLabelMethod) -> tuple[Tensor, Tensor]:
+    """Softmax outputs (N x C, CPU) of a method's network 0 and the noisy labels of the training
+    split, in order and without augmentation, with the model in eval mode. Honours
+    ``limit_train_batches``."""
+    probs, labels = [], []
+    for batch, logits in model.training_split_logits(model.trainer.limit_train_batches):
+        probs.append(F.softmax(logits.float(), dim=1).cpu())
+        labels.append(batch["label"].cpu())
+    return torch.cat(probs), torch.cat(labels)
+
+
+def estimate_from_model(
+    model: NoisyLabelMethod,
+    estimator: str = "anchor",
+    filter_outliers: bool = True,
+    quantile: float = 0.97,
+) -> Tensor:
+    """T̂ (row-stochastic, ``T̂[i, j] ≈ P(noisy=j | clean=i)``) from a method's current network 0
+    over the training split without augmentation: anchor points (Patrini et al. 2017) or
+    Dual-T (Yao et al. 2020), the anchors picked below each column's ``quantile`` with
+    ``filter_outliers``. Every process gets process 0's estimate."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    probs, labels = train_outputs(model)
+    if estimator == "dual_t":
+        T_hat = dual_t_transition(probs, labels, filter_outliers, quantile)
+    else:
+        T_hat = anchor_transition(probs, filter_outliers, quantile)
+    return model.trainer.strategy.broadcast(T_hat, src=0)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from noisylabels.errors import InputError
 from noisylabels.methods.base import NoisyLabelMethod
 from noisylabels.methods.losses import apply_transition, forward_loss
 from noisylabels.methods.optim import OPTIMIZERS
@@ -54,11 +55,13 @@ class VolMinNet(NoisyLabelMethod):
     ) -> None:
         super().__init__(**kwargs)
         if t_optimizer not in OPTIMIZERS:
-            raise ValueError(f"t_optimizer must be one of {OPTIMIZERS}, got {t_optimizer!r}")
+            raise InputError(
+                f"--model.t_optimizer must be one of {OPTIMIZERS}, got {t_optimizer!r}"
+            )
         if t_lr <= 0:
-            raise ValueError(f"t_lr must be positive, got {t_lr}")
+            raise InputError(f"--model.t_lr must be positive, got {t_lr}")
         if lam < 0:
-            raise ValueError(f"lam (the log-det weight λ) must be >= 0, got {lam}")
+            raise InputError(f"--model.lam (the log-det weight λ) must be >= 0, got {lam}")
         self.automatic_optimization = False
         self.W = nn.Parameter(torch.full((self.num_classes, self.num_classes), -float(kappa)))
         self.register_buffer("off_diagonal", 1.0 - torch.eye(self.num_classes), persistent=False)
@@ -68,7 +71,7 @@ class VolMinNet(NoisyLabelMethod):
         A = torch.sigmoid(self.W) * self.off_diagonal + (1.0 - self.off_diagonal)
         return A / A.sum(dim=1, keepdim=True)
 
-    def noisy_posterior(self, probs: Tensor) -> Tensor:
+    def noisy_posterior(self, probs: Tensor, index: Tensor | None = None) -> Tensor:
         return apply_transition(probs, self.transition())
 
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:

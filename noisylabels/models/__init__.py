@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import nn
 
+from noisylabels.errors import InputError
 from noisylabels.models.lenet import LeNet5
 from noisylabels.models.mlp import MLP
 from noisylabels.models.resnet_cifar import CifarResNet, resnet18, resnet32, resnet34
@@ -34,7 +35,7 @@ def _conv(factory: Callable[..., nn.Module]) -> BackboneFactory:
 
 def _resnet50(num_classes: int, input_shape: tuple[int, int, int], **kwargs: Any) -> nn.Module:
     if input_shape[0] != 3:
-        raise ValueError(f"resnet50 expects 3 input channels, got input_shape={input_shape}")
+        raise InputError(f"resnet50 expects 3 input channels, got input_shape={input_shape}")
     return resnet50(num_classes=num_classes, **kwargs)
 
 
@@ -60,8 +61,9 @@ def build_backbone(
     try:
         factory = BACKBONES[name]
     except KeyError:
-        raise ValueError(
-            f"Unknown backbone {name!r}; available: {', '.join(sorted(BACKBONES))}"
+        raise InputError(
+            f"Unknown backbone {name!r} (--model.backbone); "
+            f"available: {', '.join(sorted(BACKBONES))}"
         ) from None
     return factory(num_classes, tuple(input_shape), **kwargs)
 

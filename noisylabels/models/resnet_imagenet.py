@@ -11,6 +11,8 @@ from torch import nn
 from torchvision.models import ResNet50_Weights
 from torchvision.models import resnet50 as tv_resnet50
 
+from noisylabels.errors import InputError, MissingFileError
+
 
 def _cached_imagenet_weights_path() -> Path:
     """Expected location of the IMAGENET1K_V1 checkpoint in the local torch hub cache."""
@@ -24,7 +26,7 @@ def _load_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
         obj = obj["state_dict"]
     if not isinstance(obj, dict):
-        raise ValueError(f"{path} does not contain a state dict")
+        raise InputError(f"{path} does not contain a state dict")
     return obj
 
 
@@ -44,14 +46,14 @@ def resnet50(
     if pretrained:
         if weights_path is not None:
             if not Path(weights_path).is_file():
-                raise FileNotFoundError(
+                raise MissingFileError(
                     f"ResNet-50 weights file not found: {weights_path!r} (--model.weights_path)."
                 )
             state = _load_state_dict(weights_path)
         else:
             cached = _cached_imagenet_weights_path()
             if not cached.is_file():
-                raise FileNotFoundError(
+                raise MissingFileError(
                     "Pretrained ResNet-50 ImageNet weights are not available offline. "
                     f"Download {ResNet50_Weights.IMAGENET1K_V1.url} and place it at "
                     f"{cached} (file name {cached.name!r} inside torch.hub.get_dir()/checkpoints), "

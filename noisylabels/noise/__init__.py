@@ -14,6 +14,7 @@ from .corrupt import (
     noise_rate,
 )
 from .estimate import (
+    anchor_points,
     anchor_transition,
     bias_transition,
     dual_t_correction,
@@ -28,6 +29,12 @@ from .labels import (
     ShippedLabels,
     SyntheticNoise,
     check_noise_options,
+)
+from .parts import (
+    fit_part_transitions,
+    part_noisy_posterior,
+    part_transition,
+    part_weights,
 )
 from .transition import (
     NOISE_TYPES,
@@ -71,9 +78,14 @@ __all__ = [
     "FileLabels",
     "ShippedLabels",
     "check_noise_options",
+    "anchor_points",
     "anchor_transition",
     "dual_t_correction",
     "dual_t_transition",
     "estimation_error",
     "bias_transition",
+    "part_weights",
+    "fit_part_transitions",
+    "part_transition",
+    "part_noisy_posterior",
 ]

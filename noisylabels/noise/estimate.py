@@ -12,6 +12,7 @@ from .corrupt import empirical_transition
 from .transition import check_transition
 
 __all__ = [
+    "anchor_points",
     "anchor_transition",
     "dual_t_correction",
     "dual_t_transition",
@@ -46,17 +47,10 @@ def _column_quantile(x: Tensor, q: float) -> Tensor:
     return s[lo] + (s[hi] - s[lo]) * frac
 
 
-def anchor_transition(
-    probs: Tensor, filter_outliers: bool = True, quantile: float = 0.97
-) -> Tensor:
-    """Anchor-point estimate of T (Patrini et al. 2017, "Making deep neural networks robust to
-    label noise"; also Liu & Tao 2015).
-
-    ``probs`` (N x C) are the softmax outputs of a model trained on noisy labels, computed
-    without augmentation. For each class ``i``, the anchor ``x*`` maximises ``probs[:, i]``; with
-    ``filter_outliers`` entries at or above the column's ``quantile`` (a fraction, default 0.97)
-    are ignored first. Row ``i`` of the estimate is ``probs[x*, :]``; rows are renormalised.
-    Returns a row-stochastic ``T̂[i, j] ≈ P(noisy=j | clean=i)``. ``probs`` is not modified.
+def anchor_points(probs: Tensor, filter_outliers: bool = True, quantile: float = 0.97) -> Tensor:
+    """Index of each class's anchor point among the rows of ``probs`` (N x C softmax outputs):
+    the sample maximising ``probs[:, i]``, with ``filter_outliers`` among the entries below the
+    column's ``quantile`` (a fraction); see :func:`anchor_transition`. Returns ``(C,)`` indices.
     """
     probs = _check_probs(probs)
     if not (0.0 < quantile <= 1.0):
@@ -71,6 +65,23 @@ def anchor_transition(
         filtered = masked.argmax(dim=0)
         # a column with nothing below its threshold (e.g. constant) falls back to the plain argmax
         anchors = torch.where(below.any(dim=0), filtered, anchors)
+    return anchors
+
+
+def anchor_transition(
+    probs: Tensor, filter_outliers: bool = True, quantile: float = 0.97
+) -> Tensor:
+    """Anchor-point estimate of T (Patrini et al. 2017, "Making deep neural networks robust to
+    label noise"; also Liu & Tao 2015).
+
+    ``probs`` (N x C) are the softmax outputs of a model trained on noisy labels, computed
+    without augmentation. For each class ``i``, the anchor ``x*`` maximises ``probs[:, i]``; with
+    ``filter_outliers`` entries at or above the column's ``quantile`` (a fraction, default 0.97)
+    are ignored first. Row ``i`` of the estimate is ``probs[x*, :]``; rows are renormalised.
+    Returns a row-stochastic ``T̂[i, j] ≈ P(noisy=j | clean=i)``. ``probs`` is not modified.
+    """
+    probs = _check_probs(probs)
+    anchors = anchor_points(probs, filter_outliers, quantile)
     return _normalize_rows(probs[anchors].clone())
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from noisylabels.errors import InputError, MissingFileError
+from noisylabels.errors import InputError, MissingFileError, load_error_summary
 
 __all__ = ["LABEL_FILE_SUFFIXES", "DEFAULT_LABEL_KEY", "read_label_file"]
 
@@ -54,15 +54,16 @@ def _load_pt(path: Path) -> Any:
         with context:
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        reason = str(err).strip().splitlines()
-        detail = next((line for line in reversed(reason) if "GLOBAL" in line or "got" in line), "")
         raise InputError(
             f"{path} is not a plain label file: it holds Python objects that loading would have "
             "to execute (or arrays of objects or strings), so it is refused. Save the labels as "
-            f"an integer tensor, a dict of integer tensors or arrays, .npy or .csv. {detail}"
+            f"an integer tensor, a dict of integer tensors or arrays, .npy or .csv. "
+            f"{load_error_summary(err)}"
         ) from None
-    except (RuntimeError, EOFError, OSError) as err:
-        raise InputError(f"{path} cannot be read as a torch file: {err}") from None
+    except Exception as err:  # torch.load on arbitrary bytes raises about anything
+        raise InputError(
+            f"{path} cannot be read as a torch file: {load_error_summary(err)}"
+        ) from None
 
 
 def _pick_key(path: Path, obj: Any, key: str | None) -> Any:

@@ -54,12 +54,15 @@ def check_noise_options(
     without a flip map (``flips``), ``real`` for one that ships no noisy labels. Raises
     :class:`~noisylabels.errors.InputError` naming the option."""
     if noise_type not in NOISE_TYPES:
-        raise InputError(f"unknown noise_type {noise_type!r}; choose one of {NOISE_TYPES}")
+        raise InputError(
+            f"unknown noise_type {noise_type!r} (--data.noise_type); choose one of {NOISE_TYPES}"
+        )
     if not 0.0 <= rate < 1.0:
-        raise InputError(f"noise_rate must be in [0, 1), got {rate}")
+        raise InputError(f"--data.noise_rate must be in [0, 1), got {rate}")
     if noise_type == "pair" and rate >= 0.5:
         raise InputError(
-            f"pair noise needs noise_rate < 0.5 so the clean class stays the majority; got {rate}"
+            "pair noise needs --data.noise_rate < 0.5 so the clean class stays the majority; "
+            f"got {rate}"
         )
     if noise_type == "file" and not noise_file:
         raise InputError("noise_type 'file' needs --data.noise_file PATH")

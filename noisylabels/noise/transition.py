@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from noisylabels.errors import InputError, MissingFileError, load_error_summary
+
 __all__ = [
     "NOISE_TYPES",
     "symmetric_transition",
@@ -186,25 +188,25 @@ def check_transition(T: Tensor, num_classes: int | None = None, atol: float = 1e
     """
     T = torch.as_tensor(T)
     if T.dim() != 2 or T.shape[0] != T.shape[1]:
-        raise ValueError(f"transition matrix must be square C x C, got shape {tuple(T.shape)}")
+        raise InputError(f"transition matrix must be square C x C, got shape {tuple(T.shape)}")
     if num_classes is not None and T.shape[0] != num_classes:
-        raise ValueError(
+        raise InputError(
             f"transition matrix is {T.shape[0]} x {T.shape[1]}, expected {num_classes} x "
             f"{num_classes} for num_classes={num_classes}"
         )
     if not T.is_floating_point():
         T = T.float()
     if not bool(torch.isfinite(T).all()):
-        raise ValueError("transition matrix has non-finite entries (nan or inf)")
+        raise InputError("transition matrix has non-finite entries (nan or inf)")
     if bool((T < 0).any()):
         neg = torch.nonzero(T < 0)[:10].tolist()
-        raise ValueError(f"transition matrix has negative entries at (row, col) {neg}")
+        raise InputError(f"transition matrix has negative entries at (row, col) {neg}")
     sums = T.sum(dim=1, dtype=torch.float64)
     bad = torch.nonzero((sums - 1.0).abs() > atol).flatten().tolist()
     if bad:
         detail = ", ".join(f"row {i}: {sums[i].item():.6g}" for i in bad[:10])
         more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
-        raise ValueError(
+        raise InputError(
             "transition matrix must be row-stochastic (T[i, j] = P(noisy=j | clean=i), rows sum "
             f"to 1 within {atol}); rows {bad[:10]}{more} do not: {detail}"
         )
@@ -239,11 +241,11 @@ def _read_text_matrix(path: Path) -> Tensor:
         try:
             rows.append([float(v) for v in re.split(r"[,\s]+", line)])
         except ValueError as err:
-            raise ValueError(f"{path}: line {lineno} is not a row of numbers: {err}") from None
+            raise InputError(f"{path}: line {lineno} is not a row of numbers: {err}") from None
     if not rows:
-        raise ValueError(f"{path}: no transition matrix rows found")
+        raise InputError(f"{path}: no transition matrix rows found")
     if len({len(r) for r in rows}) != 1:
-        raise ValueError(f"{path}: rows have different lengths {[len(r) for r in rows]}")
+        raise InputError(f"{path}: rows have different lengths {[len(r) for r in rows]}")
     return torch.tensor(rows, dtype=torch.float64)
 
 
@@ -257,27 +259,39 @@ def load_transition(path: str | Path, num_classes: int) -> Tensor:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"transition matrix file not found: {path}")
+        raise MissingFileError(f"transition matrix file not found: {path}")
     suffix = path.suffix.lower()
     if suffix in (".pt", ".pth"):
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch.load on arbitrary bytes raises about anything
+            raise InputError(
+                f"{path} cannot be read as a transition matrix file (truncated, not a torch "
+                "file, or holding Python objects, which are never loaded): "
+                f"{load_error_summary(err)}. Save T as a plain tensor, .npy or .csv."
+            ) from None
         if isinstance(obj, dict):
             if "transition" not in obj:
-                raise ValueError(f"{path}: dict has no 'transition' key (keys: {list(obj)})")
+                raise InputError(f"{path}: dict has no 'transition' key (keys: {list(obj)})")
             obj = obj["transition"]
         T = torch.as_tensor(obj)
     elif suffix == ".npy":
-        T = torch.from_numpy(np.load(path, allow_pickle=False))
+        try:
+            T = torch.from_numpy(np.load(path, allow_pickle=False))
+        except (ValueError, OSError, EOFError) as err:
+            raise InputError(
+                f"{path} cannot be read as a numeric .npy transition matrix: {err}"
+            ) from None
     elif suffix in (".csv", ".txt"):
         T = _read_text_matrix(path)
     else:
-        raise ValueError(
+        raise InputError(
             f"{path}: unsupported transition file type {suffix!r} (use .pt, .pth, .npy, .csv, .txt)"
         )
     try:
         return check_transition(T.float(), num_classes)
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise InputError(f"{path}: {err}") from None
 
 
 def save_transition(T: Tensor, path: str | Path) -> None:
@@ -290,7 +304,7 @@ def save_transition(T: Tensor, path: str | Path) -> None:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".pt", ".pth", ".csv", ".txt", ".npy"):
-        raise ValueError(
+        raise InputError(
             f"{path}: unsupported transition file type {suffix!r} (use .pt, .pth, .npy, .csv, .txt)"
         )
     path.parent.mkdir(parents=True, exist_ok=True)

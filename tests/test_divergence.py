@@ -1,0 +1,61 @@
+"""The stop on a NaN/Inf training loss: where it is caught, and what it says."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from noisylabels.callbacks import DivergenceGuard
+from noisylabels.errors import DivergenceError
+
+
+def _trainer(epoch: int = 4) -> SimpleNamespace:
+    return SimpleNamespace(current_epoch=epoch, num_training_batches=20, state=SimpleNamespace())
+
+
+def _module(alpha: float = 0.1, lr: float = 0.5, in_warmup: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(hparams={"alpha": alpha, "lr": lr}, in_warmup=in_warmup)
+
+
+def _steps(guard: DivergenceGuard, trainer, module, losses) -> None:
+    guard.on_train_epoch_start(trainer, module)
+    for i, value in enumerate(losses):
+        guard.on_train_batch_end(trainer, module, {"loss": torch.tensor(value)}, None, i)
+
+
+def test_the_cpu_stops_at_the_first_bad_step() -> None:
+    guard, trainer = DivergenceGuard(), _trainer()
+    with pytest.raises(DivergenceError) as err:
+        _steps(guard, trainer, _module(), [1.0, 2.0, float("nan"), 1.0])
+    message = str(err.value)
+    assert "epoch 4, training step 2 of 20" in message and "nan" in message
+    assert "alpha=0.1" in message and "--model.alpha" in message and "--model.lr" in message
+
+
+def test_the_deferred_check_names_the_first_bad_step_without_reading_each_loss() -> None:
+    """The accelerator path (a device-side record, read every ``check_every`` steps and at the
+    epoch's end), run here on the CPU."""
+    guard, trainer, module = DivergenceGuard(check_every=5, every_step=False), _trainer(), _module()
+    _steps(guard, trainer, module, [1.0, float("inf"), float("nan"), 1.0])  # 4 steps: no read
+    with pytest.raises(DivergenceError, match="training step 1 of 20") as err:
+        guard.on_train_epoch_end(trainer, module)
+    assert "was inf" in str(err.value)
+    # read every check_every steps, too
+    with pytest.raises(DivergenceError, match="training step 3 of 20"):
+        _steps(guard, trainer, module, [1.0, 1.0, 1.0, float("nan"), 1.0])
+    # and before any checkpoint is written
+    _steps(guard, trainer, module, [float("nan")])
+    with pytest.raises(DivergenceError):
+        guard.on_save_checkpoint(trainer, module, {})
+    # finite losses pass
+    _steps(guard, trainer, module, [1.0] * 12)
+    guard.on_train_epoch_end(trainer, module)
+
+
+def test_without_vrnl_the_learning_rate_is_the_likely_cause() -> None:
+    for module in (_module(alpha=0.0), _module(alpha=0.1, in_warmup=True)):
+        with pytest.raises(DivergenceError) as err:
+            _steps(DivergenceGuard(), _trainer(), module, [float("inf")])
+        assert "alpha" not in str(err.value) and "--model.lr" in str(err.value)

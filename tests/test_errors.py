@@ -1,0 +1,258 @@
+"""What a user sees when something they gave is wrong: one paragraph naming the file or option
+and what to do, a non-zero exit status, no traceback (``--debug`` shows it), and no folder that
+looks like a run; programming errors keep their traceback."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import CONFIGS, REPO, make_mnist
+
+QUICKSTART = str(CONFIGS / "quickstart.yaml")
+MNIST_CE = str(CONFIGS / "mnist_ce.yaml")
+CE_ON_DIGITS = ["--model", "CE", "--model.warmup_epochs", "0"]
+
+
+class RunsCode:
+    """A pickled object whose loading would run a command (a hostile file's payload)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@dataclass
+class Files:
+    """Inputs the cases point at, written once."""
+
+    root: Path
+    digits_ckpt: Path  # a CE run on the digits
+    mnist_ckpt: Path  # a CE run on the tiny MNIST
+    mnist_dir: Path
+    marker: Path  # created if a payload ever runs
+
+
+def _fit(root: Path, *args: str) -> Path:
+    from noisylabels.cli import run
+
+    run(["fit", *args, "--trainer.default_root_dir", str(root), "--trainer.max_epochs", "1",
+         "--trainer.limit_train_batches", "2", "--trainer.enable_progress_bar", "false",
+         "--test_after_fit", "false"])  # fmt: skip
+    return next(root.rglob("last.ckpt"))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
+    root = tmp_path_factory.mktemp("inputs")
+    mnist = make_mnist(root / "mnist", n_train=200, n_test=40)
+    digits_ckpt = _fit(root / "digits_run", "--config", QUICKSTART, *CE_ON_DIGITS)
+    mnist_ckpt = _fit(root / "mnist_run", "--config", MNIST_CE, "--data.data_dir", str(mnist))
+    marker = root / "payload_ran"
+    (root / "bad.yaml").write_text("model:\n  init_args:\n    lr: [0.1\n")
+    (root / "garbage.ckpt").write_bytes(b"this is not a checkpoint\n" * 10)
+    (root / "truncated.ckpt").write_bytes(mnist_ckpt.read_bytes()[:4000])
+    torch.save({"state_dict": {}, "payload": RunsCode(marker)}, root / "evil.ckpt")
+    torch.save(torch.zeros(3), root / "tensor.ckpt")
+    torch.save({"noisy_labels": RunsCode(marker)}, root / "evil.pt")
+    (root / "words.csv").write_text("1\n2\nx\n")
+    (root / "floats.csv").write_text("\n".join(["6.9"] * 1437) + "\n")
+    (root / "short.csv").write_text("1\n2\n3\n")
+    np.save(root / "objects.npy", np.array([RunsCode(marker), 1], dtype=object), allow_pickle=True)
+    (root / "T_2x2.csv").write_text("0.5,0.5\n0.5,0.5\n")
+    (root / "T_garbage.pt").write_bytes(b"\x80\x04garbage")
+    bad_mnist = root / "bad_mnist"
+    make_mnist(bad_mnist, n_train=200, n_test=40)
+    images = bad_mnist / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    images.write_bytes(images.read_bytes()[:5000])
+    return Files(root, digits_ckpt, mnist_ckpt, mnist, marker)
+
+
+Case = Callable[[Files], tuple[list[str], str]]
+# (id, args for `noisylabels fit` given the inputs, what the message must name, exit status)
+CASES: list[tuple[str, Case, int]] = [
+    # ---- label files
+    ("noise-file-runs-code", lambda f: (["--config", QUICKSTART, "--data.noise_type", "file",
+     "--data.noise_file", str(f.root / "evil.pt")], "evil.pt"), 2),
+    ("noise-npy-of-objects", lambda f: (["--config", QUICKSTART, "--data.noise_type", "file",
+     "--data.noise_file", str(f.root / "objects.npy")], "objects.npy"), 2),
+    ("noise-csv-not-numbers", lambda f: (["--config", QUICKSTART, "--data.noise_type", "file",
+     "--data.noise_file", str(f.root / "words.csv")], "words.csv"), 2),
+    ("noise-csv-float-labels", lambda f: (["--config", QUICKSTART, "--data.noise_type", "file",
+     "--data.noise_file", str(f.root / "floats.csv")], "floats.csv"), 2),
+    ("noise-file-wrong-length", lambda f: (["--config", QUICKSTART, "--data.noise_type", "file",
+     "--data.noise_file", str(f.root / "short.csv")], "short.csv"), 2),
+    ("noise-file-missing", lambda f: (["--config", QUICKSTART, "--data.noise_type", "file",
+     "--data.noise_file", str(f.root / "nope.csv")], "nope.csv"), 2),
+    ("noise-file-not-given", lambda f: (["--config", QUICKSTART, "--data.noise_type", "file"],
+     "--data.noise_file"), 2),
+    # ---- config files and option values
+    ("yaml-malformed", lambda f: (["--config", str(f.root / "bad.yaml")], "bad.yaml"), 2),
+    ("config-missing", lambda f: (["--config", str(f.root / "nope.yaml")], "--config"), 2),
+    ("option-not-a-number", lambda f: (["--config", QUICKSTART, "--model.lr", "abc"],
+     "--model.lr"), 2),
+    ("option-negative-lr", lambda f: (["--config", QUICKSTART, "--model.lr", "-1"],
+     "--model.lr"), 2),
+    ("option-unknown", lambda f: (["--config", QUICKSTART, "--model.lrr", "3"], "lrr"), 2),
+    ("option-trainer-type", lambda f: (["--config", QUICKSTART, "--trainer.max_epochs", "x"],
+     "--trainer.max_epochs"), 2),
+    ("noise-rate-out-of-range", lambda f: (["--config", QUICKSTART, "--data.noise_rate", "1.5"],
+     "--data.noise_rate"), 2),
+    ("batch-size-zero", lambda f: (["--config", QUICKSTART, "--data.batch_size", "0"],
+     "--data.batch_size"), 2),
+    ("backbone-unknown", lambda f: (["--config", QUICKSTART, "--model.backbone", "vgg"],
+     "--model.backbone"), 2),
+    ("optimizer-unknown", lambda f: (["--config", QUICKSTART, "--model.optimizer", "lbfgs"],
+     "--model.optimizer"), 2),
+    ("warmup-longer-than-run", lambda f: (["--config", QUICKSTART, "--model.transition",
+     "estimate", "--model.warmup_epochs", "5", "--trainer.max_epochs", "3"],
+     "--model.warmup_epochs"), 2),
+    # ---- transition matrix files
+    ("T-file-wrong-shape", lambda f: (["--config", QUICKSTART, "--model.transition",
+     str(f.root / "T_2x2.csv")], "T_2x2.csv"), 2),
+    ("T-file-garbage", lambda f: (["--config", QUICKSTART, "--model.transition",
+     str(f.root / "T_garbage.pt")], "T_garbage.pt"), 2),
+    ("T-file-missing", lambda f: (["--config", QUICKSTART, "--model.transition",
+     str(f.root / "T_nope.csv")], "--model.transition"), 2),
+    # ---- dataset files
+    ("mnist-truncated", lambda f: (["--config", MNIST_CE, "--data.data_dir",
+     str(f.root / "bad_mnist")], "train-images-idx3-ubyte"), 2),
+    ("mnist-missing", lambda f: (["--config", MNIST_CE, "--data.data_dir",
+     str(f.root / "no_data")], "no_data"), 2),
+    # ---- checkpoints
+    ("ckpt-truncated", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.root / "truncated.ckpt")], "truncated.ckpt"), 2),
+    ("ckpt-garbage", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.root / "garbage.ckpt")], "garbage.ckpt"), 2),
+    ("ckpt-runs-code", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.root / "evil.ckpt")], "evil.ckpt"), 2),
+    ("ckpt-not-a-checkpoint", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.root / "tensor.ckpt")], "tensor.ckpt"), 2),
+    ("ckpt-missing", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.root / "nope.ckpt")], "--ckpt_path"), 2),
+    ("ckpt-last-without-runs", lambda f: (["--config", QUICKSTART, "--ckpt_path", "last"],
+     "--ckpt_path last"), 2),
+    ("ckpt-other-method", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.digits_ckpt)], "method CE (config: Forward)"), 2),
+    ("ckpt-other-dataset", lambda f: (["--config", QUICKSTART, "--ckpt_path",
+     str(f.mnist_ckpt)], "dataset MNISTDataModule (config: DigitsDataModule)"), 2),
+    ("ckpt-other-backbone", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
+     "--model.backbone_kwargs", "{hidden: [32]}", "--ckpt_path", str(f.digits_ckpt)],
+     "backbone_kwargs"), 2),
+    # ---- a run that diverges
+    ("diverged", lambda f: (["--config", QUICKSTART, "--model.lr", "1e6"], "--model.lr"), 3),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "code"), [(c, n) for _, c, n in CASES], ids=[i for i, *_ in CASES]
+)
+def test_bad_input_ends_with_one_paragraph(
+    case: Case, code: int, files: Files, tmp_path: Path, capsys
+) -> None:
+    from noisylabels.cli import main
+
+    args, named = case(files)
+    root = tmp_path / "runs"
+    argv = ["fit", *args, "--trainer.default_root_dir", str(root)]
+    argv += ["--trainer.enable_progress_bar", "false"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == code, err[-2000:]
+    assert "Traceback" not in err
+    messages = [line for line in err.splitlines() if line.startswith("noisylabels: error:")]
+    assert len(messages) == 1, err[-2000:]
+    assert named in messages[0]
+    assert not files.marker.exists(), "a file's pickled payload was executed"
+    assert not list(root.rglob("results.json"))
+    # a failed run leaves no folder that looks like a run: gone, or marked with why it stopped
+    for folder in root.rglob("version_*"):
+        assert (folder / "unfinished.txt").is_file(), sorted(folder.rglob("*"))
+        assert list(folder.rglob("last.ckpt")), "only a resumable folder is kept"
+
+
+def test_a_diverged_run_names_where_and_keeps_the_state_before(files, tmp_path, capsys) -> None:
+    from noisylabels.cli import main
+
+    root = tmp_path / "runs"
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", QUICKSTART, "--model.lr", "1e6", "--trainer.default_root_dir",
+              str(root), "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    message = capsys.readouterr().err
+    assert "epoch 0, training step" in message and "alpha=0.1" in message
+    folder = next(root.rglob("version_*"))
+    assert "diverged" in (folder / "unfinished.txt").read_text()
+    assert not list(folder.rglob("best-*.ckpt"))
+    weights = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert all(bool(torch.isfinite(v).all()) for v in weights.values() if v.is_floating_point())
+
+
+def test_a_run_that_fails_before_training_leaves_no_folder(files, tmp_path, capsys) -> None:
+    """The T file is checked at setup, after the config and noise record were written."""
+    from noisylabels.cli import main
+
+    root = tmp_path / "runs"
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", QUICKSTART, "--model.transition", str(files.root / "T_2x2.csv"),
+              "--trainer.default_root_dir", str(root)])  # fmt: skip
+    assert not list(root.rglob("version_*"))
+
+
+def test_debug_shows_the_traceback(files, tmp_path, monkeypatch) -> None:
+    from noisylabels.cli import main
+    from noisylabels.errors import InputError
+
+    args = ["fit", "--config", QUICKSTART, "--model.lr", "-1"]
+    with pytest.raises(InputError, match="--model.lr"):
+        main([*args, "--debug"])
+    monkeypatch.setenv("NOISYLABELS_DEBUG", "1")
+    with pytest.raises(InputError, match="--model.lr"):
+        main(args)
+
+
+def test_programming_errors_keep_their_traceback(tmp_path, monkeypatch) -> None:
+    from noisylabels.cli import main
+    from noisylabels.methods import Forward
+
+    def broken(self, logits, batch):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(Forward, "per_sample_loss", broken)
+    with pytest.raises(ZeroDivisionError):
+        main(["fit", "--config", QUICKSTART, "--trainer.default_root_dir", str(tmp_path),
+              "--trainer.max_epochs", "1"])  # fmt: skip
+
+
+def test_the_installed_command_exits_with_the_paragraph(files, tmp_path) -> None:
+    """The real process: exit status 2 and one line on stderr for a malformed config."""
+    out = subprocess.run(
+        [sys.executable, "-m", "noisylabels.cli", "fit", "--config", str(files.root / "bad.yaml")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().startswith("noisylabels: error: config file")
+    assert "bad.yaml is not valid YAML at line 4" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_pickle_payload_fixture_would_run(tmp_path) -> None:
+    """The hostile files above are real: unpickling the payload without the safe loader runs it."""
+    marker = tmp_path / "ran"
+    pickle.loads(pickle.dumps(RunsCode(marker)))
+    assert marker.exists()
