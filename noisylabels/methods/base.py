@@ -267,8 +267,9 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, Acceleration, L.Li
         return {"loss": loss, "steps": self._steps}
 
     def setup(self, stage: str) -> None:
-        strategy = self.trainer.strategy
-        self.resolve_acceleration(strategy.root_device, self.trainer.world_size)
+        strategy = getattr(self.trainer, "strategy", None)  # none: the module's own device
+        device = self.device if strategy is None else strategy.root_device
+        self.resolve_acceleration(device, getattr(self.trainer, "world_size", 1))
         if stage == "fit":
             self.check_stages_fit()
 
