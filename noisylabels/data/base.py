@@ -127,7 +127,7 @@ class NoisyDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         if on_device not in ON_DEVICE:
-            raise InputError(f"on_device must be auto, true or false, got {on_device!r}")
+            raise InputError(f"--data.on_device must be auto, true or false, got {on_device!r}")
         check_noise_options(
             noise_type,
             noise_rate,

@@ -28,6 +28,7 @@ import torch._dynamo
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from noisylabels.errors import InputError
 from noisylabels.methods.vrnl import vrnl_objective
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -65,14 +66,19 @@ def check_acceleration_options(
 ) -> None:
     """Refuse option values :func:`resolve_compile` and ``torch.compile`` would not take."""
     if not (isinstance(compile, bool) or compile == AUTO or compile in COMPILE_MODES):
-        raise ValueError(
-            f"compile must be auto, true, false or a mode of {COMPILE_MODES}, got {compile!r}"
+        raise InputError(
+            f"--model.compile must be auto, true, false or a mode of {COMPILE_MODES}, "
+            f"got {compile!r}"
         )
     backends = torch.compiler.list_backends(exclude_tags=())
     if backend not in backends:
-        raise ValueError(f"compile_backend must be one of {sorted(backends)}, got {backend!r}")
+        raise InputError(
+            f"--model.compile_backend must be one of {sorted(backends)}, got {backend!r}"
+        )
     if not (isinstance(channels_last, bool) or channels_last == AUTO):
-        raise ValueError(f"channels_last must be auto, true or false, got {channels_last!r}")
+        raise InputError(
+            f"--model.channels_last must be auto, true or false, got {channels_last!r}"
+        )
 
 
 class Acceleration:
