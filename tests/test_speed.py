@@ -118,9 +118,10 @@ def test_compiled_step_equals_eager_step(name: str, backend: str) -> None:
             for g_c, g_e in zip(grads_c, grads_e, strict=True):
                 torch.testing.assert_close(g_c, g_e, rtol=1e-4, atol=1e-5)
     step_e, step_c = eager._steps[-1], compiled._steps[-1]
+    close = {"rtol": 1e-4, "atol": 1e-5}  # inductor reduces in another order
     for field in ("losses", "weights", "logits", "mean", "variance", "objective"):
-        torch.testing.assert_close(getattr(step_c, field), getattr(step_e, field))
-    torch.testing.assert_close(compiled.epoch_stats.sums[0], eager.epoch_stats.sums[0])
+        torch.testing.assert_close(getattr(step_c, field), getattr(step_e, field), **close)
+    torch.testing.assert_close(compiled.epoch_stats.sums[0], eager.epoch_stats.sums[0], **close)
 
 
 COTEACHING = {"forget_rate": 0.25, "ramp_epochs": 1}
