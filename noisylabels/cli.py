@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -133,6 +134,14 @@ class NoisyLabelsCLI(LightningCLI):
             "data.input_shape", "model.init_args.input_shape", apply_on="instantiate"
         )
 
+    def before_instantiate_classes(self) -> None:
+        """Resolve ``--trainer.precision`` left unset (null): ``bf16-mixed`` where the run
+        trains on a CUDA GPU with bf16 support, Lightning's ``32-true`` elsewhere. The resolved
+        value is what ``config.yaml`` records."""
+        trainer = self.config.get(self.subcommand, self.config).get("trainer")
+        if trainer is not None and trainer.get("precision") is None:
+            trainer["precision"] = auto_precision(trainer.get("accelerator"))
+
     def _setting(self, key: str) -> Any:
         return self.config.get(self.subcommand, self.config).get(key)
 
@@ -195,6 +204,14 @@ class NoisyLabelsCLI(LightningCLI):
         if results["test_acc"] is not None:
             print(f"clean test accuracy: {results['test_acc']:.4f} ({results['method']})")
         print(f"run folder: {run_dir(self.trainer)}")
+
+
+def auto_precision(accelerator: Any) -> str | None:
+    """The precision of a run that does not set one: ``bf16-mixed`` where ``accelerator`` (a
+    name; ``auto`` picks CUDA when there is one) is a CUDA GPU with bf16 support, else ``None``
+    (Lightning's ``32-true``)."""
+    cuda = torch.cuda.is_available() and str(accelerator).lower() in ("auto", "gpu", "cuda")
+    return "bf16-mixed" if cuda and torch.cuda.is_bf16_supported() else None
 
 
 def _dispatch_extra(argv: list[str]) -> Callable[[list[str]], Any] | None:

@@ -39,8 +39,10 @@ def as_resolved_today(before: dict[str, Any]) -> dict[str, Any]:
     """A snapshot entry with the changes made on purpose since: options added with their
     defaults (``milestones_from``, ``warmup_epochs``, ``warmup_model``, ``main_stage_init``,
     ``warmup_momentum`` of every method, ``network`` of SubsetStatistics, Clothing1M's
-    ``max_skipped_fraction``), and LR milestones of a warm-up run counted from the first epoch
-    after the warm-up instead of from epoch 0 (the same schedule)."""
+    ``max_skipped_fraction``, the speed options ``compile``, ``compile_backend`` and, for
+    in-memory data, ``on_device``), LR milestones of a warm-up run counted from the first epoch
+    after the warm-up instead of from epoch 0 (the same schedule), and ``channels_last: auto``
+    instead of ``false`` (the same on the CPU, channels-last on CUDA)."""
     expected = copy.deepcopy(before)
     args = expected["model"]["init_args"]
     args.setdefault("milestones_from", "main")
@@ -48,12 +50,17 @@ def as_resolved_today(before: dict[str, Any]) -> dict[str, Any]:
     args.setdefault("warmup_model", "last")
     args.setdefault("main_stage_init", "continue")
     args.setdefault("warmup_momentum", None)
+    args.update(compile="auto", compile_backend="inductor")
+    if args.get("channels_last") is False:
+        args["channels_last"] = "auto"
     if args.get("transition") == "estimate":
         args["milestones"] = [m - args["warmup_epochs"] for m in args["milestones"]]
     for callback in expected["trainer"]["callbacks"]:
         callback["init_args"].setdefault("network", 0)
     if expected["data"]["class_path"].endswith("Clothing1MDataModule"):
         expected["data"]["init_args"].setdefault("max_skipped_fraction", 0.01)
+    else:  # in-memory data (Clothing1M reads files, always on the host)
+        expected["data"]["init_args"].setdefault("on_device", "auto")
     return expected
 
 

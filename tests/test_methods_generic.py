@@ -83,11 +83,13 @@ def test_model_help_lists_every_method_on_one_line(capsys) -> None:
     assert all(f"  {name}  " in out for name in METHODS)
 
 
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", METHODS)
 def test_every_method_trains_through_the_cli(
-    name: str, run_cli, tmp_path: Path, monkeypatch
+    name: str, compiled: bool, run_cli, tmp_path: Path, monkeypatch
 ) -> None:
-    """Two epochs on digits with VRNL: one of warm-up where a method has one, one of its own."""
+    """Two epochs on digits with VRNL: one of warm-up where a method has one, one of its own;
+    also compiled (``aot_eager``), through the stage change and its estimation point."""
     started: list[dict[str, torch.Tensor]] = []
     on_train_start = NoisyLabelMethod.on_train_start
 
@@ -116,9 +118,11 @@ def test_every_method_trains_through_the_cli(
         "2",
         "--trainer.accelerator",
         "cpu",
+        *(("--model.compile", "true", "--model.compile_backend", "aot_eager") if compiled else ()),
     )
     results = read_results(tmp_path)
     assert results["method"] == f"{name}-VRNL"
+    assert cli.model.compile_mode == ("default" if compiled else None)
     assert results["epochs"] == 2 and results["best_epoch"] == 1
     assert 0.0 <= results["test_acc"] <= 1.0
     model, metrics = cli.model, cli.trainer.callback_metrics  # after the test: test metrics

@@ -3,11 +3,13 @@
 On the CPU every step's loss is checked at once (reading a CPU scalar costs nothing). On an
 accelerator reading the loss would synchronize the host with the device every step, so the
 check keeps a device-side record of the first non-finite step of the epoch (one ``where`` per
-step, no synchronization) and reads it every :data:`CHECK_EVERY` steps, before validation, before
-any checkpoint is written and at the end of the epoch: the run stops at most ``CHECK_EVERY``
-steps after the loss diverged, still naming the exact first bad step, and no checkpoint of the
-diverged weights is ever written.
-"""
+step, no synchronization). Every :data:`CHECK_EVERY` steps it starts copying that record to
+pinned host memory without waiting and reads the copy once the device has made it (at the
+next such step at the latest), so steady-state steps never wait for the device; before
+validation, before any checkpoint is written and at the end of the epoch it reads the record
+itself (one synchronization). The run stops at most ``2 * CHECK_EVERY`` steps after the loss
+diverged, still naming the exact first bad step, and no checkpoint of the diverged weights is
+ever written."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from torch import Tensor
 from noisylabels.errors import DivergenceError
 
 CHECK_EVERY = 50
-"""Steps between reads of the device-side record on an accelerator (the CPU checks each step)."""
+"""Steps between copies of the device-side record to the host on an accelerator (the CPU checks
+each step)."""
 
 
 def _loss_of(outputs: Any) -> Tensor | None:
@@ -33,7 +36,7 @@ class DivergenceGuard(L.Callback):
     infinite (every method adds it through its ``configure_callbacks``).
 
     Args:
-        check_every: read the device-side record every this many steps (default
+        check_every: copy the device-side record to the host every this many steps (default
             :data:`CHECK_EVERY`).
         every_step: check each step's loss at once (a host-device synchronization per step off
             the CPU); default: on the CPU only.
@@ -46,9 +49,11 @@ class DivergenceGuard(L.Callback):
         self.every_step = every_step
         self._first_bad: Tensor | None = None  # batch index of the first bad step, -1 if none
         self._bad_value: Tensor | None = None
+        self._host: Tensor | None = None  # host copy of the record: (first bad step, value)
+        self._copy: torch.cuda.Event | bool | None = None  # a copy in flight (True: made)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._first_bad = self._bad_value = None
+        self._first_bad = self._bad_value = self._copy = None
 
     def on_train_batch_end(
         self,
@@ -73,7 +78,33 @@ class DivergenceGuard(L.Callback):
         self._first_bad = torch.where(first, batch_idx, self._first_bad)
         self._bad_value = torch.where(first, loss.float().sum(), self._bad_value)
         if (batch_idx + 1) % self.check_every == 0:
-            self.check(trainer, pl_module)
+            self.poll(trainer, pl_module)
+
+    def poll(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Without waiting for the device: raise if a finished host copy of the record shows a
+        bad step, and start copying the current record (on the CPU it is made at once)."""
+        self._read_copy(trainer, pl_module)
+        if self._first_bad is None or self._bad_value is None:
+            return
+        record = torch.stack([self._first_bad.float(), self._bad_value])
+        if self._host is None:
+            self._host = torch.empty(2, pin_memory=record.device.type == "cuda")
+        self._host.copy_(record, non_blocking=True)
+        if record.device.type == "cuda":
+            self._copy = torch.cuda.Event()
+            self._copy.record()
+        else:
+            self._copy = True
+        self._read_copy(trainer, pl_module)
+
+    def _read_copy(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        copy = self._copy
+        if copy is None or (copy is not True and not copy.query()):
+            return
+        self._copy = None
+        step, value = self._host.numpy().tolist()  # host memory: nothing to wait for
+        if step >= 0:
+            self._raise(trainer, pl_module, int(step), value)
 
     def check(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Read the device-side record (one synchronization) and raise if a step diverged."""
@@ -98,7 +129,7 @@ class DivergenceGuard(L.Callback):
     def _raise(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch_idx: int, value: float
     ) -> None:
-        self._first_bad = self._bad_value = None
+        self._first_bad = self._bad_value = self._copy = None
         raise DivergenceError(divergence_message(trainer, pl_module, batch_idx, value))
 
 

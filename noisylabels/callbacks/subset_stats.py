@@ -58,11 +58,12 @@ def subset_ids(noisy: Tensor, clean: Tensor) -> Tensor:
 def fill_buffer(
     buffer: Tensor,
     loss_records: list[tuple[Tensor, Tensor, Tensor]],
-    weight_records: list[tuple[Tensor, Tensor]],
+    weight_records: list[tuple[Tensor, Tensor, Tensor | None]],
 ) -> Tensor:
     """Write an epoch's records into the per-sample ``buffer`` (``(N, C + 4)``, zeroed first)
-    and return it: ``(index, logits, losses)`` and ``(index, weights)`` records; a sample
-    recorded twice keeps one of its records."""
+    and return it: ``(index, logits, losses)`` and ``(index, weights, used)`` records (``used``:
+    the samples that got a weight, ``None`` for all); a sample recorded twice keeps one of its
+    records."""
     buffer = buffer.zero_()
     c = buffer.shape[1] - 4
     if loss_records:
@@ -74,6 +75,12 @@ def fill_buffer(
     if weight_records:
         index = torch.cat([r[0] for r in weight_records])
         weights = torch.cat([r[1].float() for r in weight_records])
+        used = [
+            torch.ones_like(r[0], dtype=torch.bool) if r[2] is None else r[2]
+            for r in weight_records
+        ]
+        keep = torch.cat(used)
+        index, weights = index[keep], weights[keep]
         buffer[index, c + _WEIGHT] = weights
         buffer[index, c + _SEEN_WEIGHT] = 1.0
     return buffer

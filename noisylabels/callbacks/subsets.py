@@ -105,9 +105,9 @@ class SubsetStatistics(L.Callback):
         self._noisy: Tensor | None = None
         self._clean: Tensor | None = None
         self._subsets: Tensor | None = None
-        # this epoch's records: (index, logits, losses) and (index, weights)
+        # this epoch's records: (index, logits, losses) and (index, weights, used mask or None)
         self._loss_records: list[tuple[Tensor, Tensor, Tensor]] = []
-        self._weight_records: list[tuple[Tensor, Tensor]] = []
+        self._weight_records: list[tuple[Tensor, Tensor, Tensor | None]] = []
         self._active = False
         self._warned = False
 
@@ -201,10 +201,8 @@ class SubsetStatistics(L.Callback):
         for step in steps:
             if step.network != self.network:
                 continue
-            if step.used is None:
-                self._weight_records.append((step.index, step.weights))
-            else:
-                self._weight_records.append((step.index[step.used], step.weights[step.used]))
+            # the mask is applied at the epoch's end: indexing by it here would synchronize
+            self._weight_records.append((step.index, step.weights, step.used))
             if self.source == "train_step":
                 self._loss_records.append((step.index, step.logits, step.losses))
 

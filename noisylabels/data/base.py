@@ -20,9 +20,15 @@ from typing import Any, ClassVar
 import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
-from noisylabels.data.memory import TensorDictDataset, collate_batch
+from noisylabels.data.memory import (
+    ON_DEVICE,
+    DeviceBatches,
+    TensorDictDataset,
+    batch_device,
+    collate_batch,
+)
 from noisylabels.data.samplers import shard_sampler
 from noisylabels.data.transforms import BatchTransform
 from noisylabels.errors import InputError
@@ -80,6 +86,11 @@ class NoisyDataModule(L.LightningDataModule):
         val_fraction: fraction of the noisy training set held out as (noisy) validation data.
         augment: train-time augmentation; default: the dataset's standard one.
         download: fetch the dataset with torchvision's downloader where there is network.
+        on_device: keep in-memory data (uint8 images, labels) on the training device and draw
+            every batch there (:class:`~noisylabels.data.memory.DeviceBatches`): no per-batch
+            gather on the host and copy. ``auto``: on a GPU (any accelerator), not on the CPU;
+            ``true`` also on the CPU; ``false``: host ``DataLoader``. File-backed datasets
+            always load on the host (``true`` is refused for them).
 
     Subclasses declare their facts as class attributes (``name``, ``num_classes``,
     ``input_shape``, ``mean``/``std``, ``semantic_flips`` for semantic noise,
@@ -112,8 +123,11 @@ class NoisyDataModule(L.LightningDataModule):
         val_fraction: float = 0.1,
         augment: bool | None = None,
         download: bool = False,
+        on_device: bool | str = "auto",
     ) -> None:
         super().__init__()
+        if on_device not in ON_DEVICE:
+            raise InputError(f"--data.on_device must be auto, true or false, got {on_device!r}")
         check_noise_options(
             noise_type,
             noise_rate,
@@ -139,6 +153,8 @@ class NoisyDataModule(L.LightningDataModule):
         self.val_fraction = val_fraction
         self.augment = self.default_augment if augment is None else augment
         self.download = download
+        self.on_device = on_device
+        self._device_copies: dict[int, Any] = {}
         self.transform = BatchTransform(self.mean, self.std, augment=self.augment)
         self.data: LoadedData | None = None
         self.label_source: LabelSource | None = None
@@ -286,6 +302,11 @@ class NoisyDataModule(L.LightningDataModule):
         shards = getattr(self.trainer, "distributed_sampler_kwargs", None) if shard else None
         if sampler is None:
             sampler = shard_sampler(dataset, shards, shuffle, batch_size)
+        device = batch_device(self.on_device, dataset, self.trainer, type(self).__name__)
+        if device is not None:
+            if sampler is None:  # one process, in order (a shuffled order is a ShardSampler's)
+                sampler = SequentialSampler(dataset)
+            return DeviceBatches(dataset, sampler, batch_size, device, self._device_copies)
         return self.loader_class(
             dataset,
             batch_size=batch_size,

@@ -57,9 +57,9 @@ class BatchTransform(nn.Module):
         self.crop_padding = crop_padding
 
     def forward(self, images: Tensor, train: bool = False) -> Tensor:
-        mean = self.mean.to(images.device)
-        std = self.std.to(images.device)
+        if self.mean.device != images.device:
+            self.to(images.device)  # once per device: a copy per batch would synchronize
         x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
         if train and self.augment:
             x = random_hflip(random_crop(x, self.crop_padding))
-        return (x - mean) / std
+        return (x - self.mean) / self.std

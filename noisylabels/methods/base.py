@@ -37,17 +37,18 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from noisylabels.errors import InputError
+from noisylabels.methods.acceleration import Acceleration
 from noisylabels.methods.networks import Networks
 from noisylabels.methods.optim import OPTIMIZERS, Optimization
 from noisylabels.methods.stages import StageSchedule
 from noisylabels.methods.step import EpochStatistics, StepOutput
-from noisylabels.methods.vrnl import SCOPES, vrnl_objective
+from noisylabels.methods.vrnl import SCOPES
 from noisylabels.models import build_backbone
 
 MILESTONES_FROM = ("main", "start")
 
 
-class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule):
+class NoisyLabelMethod(StageSchedule, Optimization, Networks, Acceleration, L.LightningModule):
     """Base of all methods; trains on the VRNL objective of the method's per-sample losses.
 
     Args:
@@ -79,7 +80,15 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule)
         backbone_kwargs: extra arguments of the backbone factory (e.g. ``hidden`` of ``mlp``).
         weight_warning: warn when more than this fraction of an epoch's samples get a
             non-positive VRNL weight ``1 + 2 alpha (mean(l) - l_i)``.
-        channels_last: run convolutional backbones in channels-last memory format.
+        channels_last: run convolutional backbones in channels-last memory format; ``auto``:
+            on CUDA (where it pays with mixed precision), not on the CPU.
+        compile: ``torch.compile`` the networks, the per-sample loss and the VRNL arithmetic
+            for training and evaluation (see :mod:`noisylabels.methods.acceleration`):
+            ``auto`` (on CUDA with CUDA graphs, mode ``reduce-overhead``; not on the CPU,
+            where it does not pay), ``true`` (also on the CPU), ``false``, or a mode:
+            ``default``, ``reduce-overhead``, ``max-autotune``, ``max-autotune-no-cudagraphs``.
+        compile_backend: ``torch.compile`` backend (``inductor``; ``aot_eager`` compiles in
+            seconds without generating code, for checking a method under compilation).
     """
 
     abstract = True  # a base of methods, not one itself (see methods.registry)
@@ -106,7 +115,9 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule)
         weights_path: str | None = None,
         backbone_kwargs: dict[str, Any] | None = None,
         weight_warning: float = 0.05,
-        channels_last: bool = False,
+        channels_last: bool | str = "auto",
+        compile: bool | str = "auto",
+        compile_backend: str = "inductor",
     ) -> None:
         super().__init__()
         if variance_scope not in SCOPES:
@@ -134,6 +145,7 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule)
         self.num_classes = num_classes
         self.alpha = float(alpha)
         self.variance_scope = variance_scope
+        self.init_acceleration()
         self.net = self.build_network()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.test_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
@@ -150,7 +162,8 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule)
     test_metric: str = "test/acc"
 
     def build_network(self) -> nn.Module:
-        """A new backbone as the options describe (also used to add further networks)."""
+        """A new backbone as the options describe, in the run's memory format (also used to
+        add further networks and for fresh weights; ``add_network`` compiles what it adds)."""
         hp = self.hparams
         kwargs = dict(hp.backbone_kwargs or {})
         if hp.pretrained or hp.weights_path:
@@ -161,7 +174,7 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule)
                 )
             kwargs.update(pretrained=True, weights_path=hp.weights_path)
         net = build_backbone(hp.backbone, self.num_classes, tuple(hp.input_shape), **kwargs)
-        return net.to(memory_format=torch.channels_last) if hp.channels_last else net
+        return self.layout_network(net)
 
     # ---------------------------------------------------------------- what a method defines
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
@@ -209,24 +222,19 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule)
         reach only some parameters (see :func:`~noisylabels.methods.vrnl.vrnl_objective`).
         """
         alpha = 0.0 if self.in_warmup else self.alpha
-        chosen = losses if used is None else losses[used]
-        if variance_losses is not None and used is not None:
-            variance_losses = variance_losses[used]
-        out = vrnl_objective(chosen, alpha, self.variance_scope, variance_losses)
+        out = self.vrnl_fn(losses, alpha, self.variance_scope, variance_losses, used)
         objective = out.objective if extra is None else out.objective + extra
-        weights = out.weights
-        if used is not None:
-            weights = torch.zeros_like(losses, dtype=weights.dtype).masked_scatter(used, weights)
+        keep = self.keep  # the record outlives the step (CUDA graphs reuse their outputs)
         step = StepOutput(
             index=batch["index"],
             labels=batch["label"],
-            logits=logits.detach(),
-            losses=losses.detach(),
-            weights=weights,
-            used=used,
-            objective=objective.detach(),
-            mean=out.mean,
-            variance=out.variance,
+            logits=keep(logits.detach()),
+            losses=keep(losses.detach()),
+            weights=keep(out.weights),
+            used=keep(used),
+            objective=keep(objective.detach()),
+            mean=keep(out.mean),
+            variance=keep(out.variance),
             network=network,
         )
         self._steps.append(step)
@@ -238,14 +246,14 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule)
         current stage's per-sample losses. Methods with several networks or a sample selection
         override this and call :meth:`vrnl` once per network."""
         logits = self(batch["image"])
-        return self.vrnl(self.stage_loss(logits, batch), logits, batch)
+        return self.vrnl(self.stage_loss_fn(logits, batch), logits, batch)
 
     # ---------------------------------------------------------------- Lightning
     def forward(self, images: Tensor) -> Tensor:
         return self.net(self._network_input(images))
 
     def _network_input(self, images: Tensor) -> Tensor:
-        if self.hparams.channels_last and images.ndim == 4:
+        if self.channels_last_active and images.ndim == 4:
             images = images.contiguous(memory_format=torch.channels_last)
         return images
 
@@ -259,6 +267,9 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule)
         return {"loss": loss, "steps": self._steps}
 
     def setup(self, stage: str) -> None:
+        strategy = getattr(self.trainer, "strategy", None)  # none: the module's own device
+        device = self.device if strategy is None else strategy.root_device
+        self.resolve_acceleration(device, getattr(self.trainer, "world_size", 1))
         if stage == "fit":
             self.check_stages_fit()
 
@@ -297,7 +308,7 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule)
         for k, accuracy in enumerate(self._accuracies("val")):
             logits = self.network_logits(batch["image"], k)
             if k == 0:
-                self.val_loss.update(self.stage_loss(logits, batch))
+                self.val_loss.update(self.stage_loss_fn(logits, batch))
             probs = F.softmax(logits.float(), dim=1)
             if noisy:
                 probs = self.noisy_posterior(probs, batch.get("index"))
@@ -345,9 +356,10 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, L.LightningModule)
         try:
             batches = datamodule.train_eval_batches(self.device, limit, rank, world_size, split)
             for batch in batches:
+                self.begin_step()
                 with trainer.precision_plugin.forward_context():
                     logits = self(batch["image"])
-                yield batch, logits
+                yield batch, self.keep(logits)
         finally:
             for module, mode in modes.items():
                 module.train(mode)

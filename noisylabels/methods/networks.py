@@ -30,7 +30,7 @@ class Networks:
         trains beside ``self.net`` (network 0), with its own optimizer and accuracies. The
         method then optimizes manually; as the networks share no parameter, its objective may
         simply be the sum of the networks' objectives."""
-        net = self.build_network()
+        net = self.compile_network(self.build_network())
         self.peers.append(net)
         metrics = {
             stage: MulticlassAccuracy(self.num_classes, average="micro", validate_args=False)

@@ -171,7 +171,8 @@ class PTD(NoisyLabelMethod):
 @contextmanager
 def _classifier_inputs(net: nn.Module) -> Iterator[list[Tensor]]:
     """Capture the input of ``net``'s last linear layer (its penultimate features) on every
-    forward pass, into the yielded list."""
+    forward pass, into the yielded list. The passes run eagerly: a compiled network's graphs do
+    not call a hook added after they were made."""
     linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
     if not linears:
         raise InputError("PTD needs a backbone whose last layer is a torch.nn.Linear")
@@ -180,7 +181,8 @@ def _classifier_inputs(net: nn.Module) -> Iterator[list[Tensor]]:
         lambda module, inputs, output: captured.append(inputs[0].detach())
     )
     try:
-        yield captured
+        with torch.compiler.set_stance("force_eager"):
+            yield captured
     finally:
         handle.remove()
 

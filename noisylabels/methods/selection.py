@@ -58,7 +58,7 @@ class TwoNetworkMethod(NoisyLabelMethod):
         """The sum of the networks' VRNL objectives over their selected samples (every sample
         in a warm-up); the networks share no parameter, so each learns from its own."""
         logits = [self.network_logits(batch["image"], k) for k in range(len(self.networks))]
-        losses = [self.stage_loss(z, batch) for z in logits]
+        losses = [self.stage_loss_fn(z, batch) for z in logits]
         if self.in_warmup:
             used: list[Tensor | None] = [None] * len(losses)
         else:

@@ -76,7 +76,8 @@ class EpochStatistics:
     @torch.no_grad()
     def add(self, step: StepOutput) -> None:
         """Accumulate one step's values."""
-        seen = step.losses.new_tensor(float(len(step.losses)))
+        # a fill, not a host-to-device copy of a Python number: no host synchronization
+        seen = step.losses.new_full((), float(len(step.losses)), dtype=torch.float32)
         if step.used is None:
             n = seen
             nonpositive = (step.weights <= 0).sum()

@@ -65,7 +65,11 @@ def _global_sums(sums: Tensor) -> Tensor:
 
 
 def vrnl_objective(
-    losses: Tensor, alpha: float, scope: str = "global", variance_losses: Tensor | None = None
+    losses: Tensor,
+    alpha: float,
+    scope: str = "global",
+    variance_losses: Tensor | None = None,
+    mask: Tensor | None = None,
 ) -> VRNLOutput:
     """Return ``mean(l) - alpha * Var(l)`` for per-sample losses ``l`` of shape ``(n,)``.
 
@@ -76,6 +80,12 @@ def vrnl_objective(
         variance_losses: the same losses computed through another graph, when the variance
             term must reach only some parameters (VolMinNet: the classifier, not T); their values
             equal ``losses``. Default: ``losses``.
+        mask: boolean ``(n,)``: the statistics cover only these samples (a method's selection);
+            the others get weight 0 (and no gradient). Applied with ``torch.where``, never by
+            indexing, so the result needs no host synchronization.
+
+    Every operation runs on the losses' device with shapes known in advance (no host
+    synchronization), so the function can be compiled into one graph.
     """
     if scope not in SCOPES:
         raise ValueError(f"variance scope must be one of {SCOPES}, got {scope!r}")
@@ -84,9 +94,13 @@ def vrnl_objective(
     v = losses if variance_losses is None else variance_losses
     if v.shape != losses.shape:
         raise ValueError("variance_losses must have the shape of losses")
-    sums = torch.stack(
-        [losses.sum(), v.square().sum(), losses.new_tensor(float(losses.numel())), v.sum()]
-    )
+    if mask is None:
+        count = losses.new_full((), float(losses.numel()))  # a fill, not a host-to-device copy
+        sums = torch.stack([losses.sum(), v.square().sum(), count, v.sum()])
+    else:
+        chosen, v = torch.where(mask, losses, 0.0), torch.where(mask, v, 0.0)
+        count = mask.sum().to(losses.dtype)
+        sums = torch.stack([chosen.sum(), v.square().sum(), count, v.sum()])
     if scope == "global":
         sums = _global_sums(sums)
     n = sums[2].detach().clamp_min(1.0)
@@ -95,4 +109,6 @@ def vrnl_objective(
     objective = mean - alpha * variance if alpha != 0 else mean
     with torch.no_grad():
         weights = 1.0 + 2.0 * alpha * (mean - losses)
+        if mask is not None:
+            weights = torch.where(mask, weights, 0.0)
     return VRNLOutput(objective, mean.detach(), variance.detach(), weights)
