@@ -59,7 +59,7 @@ REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]  # ``gpu_throughput.StepTimer``; this checkout's package
 sys.modules.setdefault("gpu_throughput", sys.modules[__name__])  # the CLI finds this module
 
-from noisylabels.cli import TRAINER_DEFAULTS, NoisyLabelsCLI, run  # noqa: E402
+from noisylabels.cli import make_cli, run  # noqa: E402
 from noisylabels.data import NoisyDataModule  # noqa: E402
 from noisylabels.methods import NoisyLabelMethod, VolMinNet, vrnl_objective  # noqa: E402
 from noisylabels.methods.losses import forward_loss  # noqa: E402
@@ -237,17 +237,10 @@ def run_app(
 
 def instantiate(preset: str, data_dir: str) -> tuple[NoisyLabelMethod, NoisyDataModule]:
     """The preset's method and data module, as ``noisylabels fit`` would build them."""
-    cli = NoisyLabelsCLI(
-        NoisyLabelMethod,
-        NoisyDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        seed_everything_default=0,
-        trainer_defaults=TRAINER_DEFAULTS,
+    cli = make_cli(
+        ["--config", str(REPO / "configs" / preset), "--data.data_dir", data_dir],
         run=False,
         save_config_callback=None,
-        auto_configure_optimizers=False,
-        args=["--config", str(REPO / "configs" / preset), "--data.data_dir", data_dir],
     )
     return cli.model, cli.datamodule
 

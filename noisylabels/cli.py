@@ -223,6 +223,23 @@ def _dispatch_extra(argv: list[str]) -> Callable[[list[str]], Any] | None:
     return getattr(importlib.import_module(module), func)
 
 
+def make_cli(args: list[str] | None, **options: Any) -> NoisyLabelsCLI:
+    """The ``noisylabels fit`` CLI over ``args`` (``sys.argv`` where ``None``): the project's
+    method and data classes and defaults; ``options`` override LightningCLI's arguments (e.g.
+    ``run=False`` to build the model and data module only)."""
+    settings: dict[str, Any] = {
+        "subclass_mode_model": True,
+        "subclass_mode_data": True,
+        "seed_everything_default": 0,
+        "trainer_defaults": TRAINER_DEFAULTS,
+        "save_config_callback": SaveConfigToTensorBoard,
+        "save_config_kwargs": {"overwrite": True},
+        "auto_configure_optimizers": False,
+    }
+    settings.update(options)
+    return NoisyLabelsCLI(NoisyLabelMethod, NoisyDataModule, args=args, **settings)
+
+
 def run(args: list[str] | None = None) -> NoisyLabelsCLI | Any:
     """Run one command (``args`` as on the command line) and return the CLI object or the
     project subcommand's return value."""
@@ -243,18 +260,7 @@ def run(args: list[str] | None = None) -> NoisyLabelsCLI | Any:
     # last.ckpt's writer is a second checkpoint callback; "best" is the first one's, as meant
     warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint`")
     try:
-        return NoisyLabelsCLI(
-            NoisyLabelMethod,
-            NoisyDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            seed_everything_default=0,
-            trainer_defaults=TRAINER_DEFAULTS,
-            save_config_callback=SaveConfigToTensorBoard,
-            save_config_kwargs={"overwrite": True},
-            auto_configure_optimizers=False,
-            args=None if args is None else argv,
-        )
+        return make_cli(None if args is None else argv)
     except ArgumentError as err:
         raise option_error(err) from err
     except Exception as err:
