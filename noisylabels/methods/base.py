@@ -315,7 +315,7 @@ class NoisyLabelMethod(StageSchedule, Optimization, Networks, Acceleration, L.Li
             accuracy.update(probs.argmax(1), batch["label"])
 
     def on_validation_epoch_end(self) -> None:
-        self.record_warmup_score(float(self.val_acc.compute()))
+        self.record_warmup_score(self.val_acc.compute())
         self.log("val/loss", self.val_loss.compute())
         self.val_loss.reset()
         self._log_accuracies("val", prog_bar=True)

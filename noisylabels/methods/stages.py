@@ -94,15 +94,16 @@ class StageSchedule:
             return float(hp.warmup_momentum)
         return float(hp.momentum)
 
-    def record_warmup_score(self, score: float) -> None:
+    def record_warmup_score(self, score: float | Tensor) -> None:
         """At the end of a warm-up validation epoch: with ``warmup_model: best``, keep a copy of
         the model if its noisy-validation accuracy ``score`` is the best of the warm-up so far
-        (the earliest epoch wins a tie)."""
+        (the earliest epoch wins a tie). A tensor ``score`` is read to the host only then."""
         trainer = self._trainer
         if not self.in_warmup or self.hparams.warmup_model != "best":
             return
         if trainer is not None and trainer.sanity_checking:
             return
+        score = float(score)
         best = self._warmup_best
         if best is None or score > best["score"]:
             state = self.network_state(device="cpu")
