@@ -62,7 +62,7 @@ sys.modules.setdefault("gpu_throughput", sys.modules[__name__])  # the CLI finds
 from noisylabels.cli import make_cli, run  # noqa: E402
 from noisylabels.data import NoisyDataModule  # noqa: E402
 from noisylabels.methods import NoisyLabelMethod, VolMinNet, vrnl_objective  # noqa: E402
-from noisylabels.methods.losses import forward_loss  # noqa: E402
+from noisylabels.methods.core.losses import forward_loss  # noqa: E402
 
 WORKLOADS = {  # name: (preset, dataset)
     "cifar10-resnet18": ("cifar10_forward_vrnl.yaml", "cifar10"),

@@ -1,286 +1,108 @@
-"""Command line: ``noisylabels fit|validate|test|predict --config FILE.yaml`` (LightningCLI).
+"""The ``noisylabels`` command: dispatch to its subcommands, and one-paragraph failures.
 
-After ``fit`` the best checkpoint (by noisy-validation accuracy unless ``--checkpoint.monitor``
-says otherwise) is tested on the clean test set and ``results.json`` is written to the run dir.
-Project subcommands that are not Lightning stages are dispatched in :data:`EXTRA_COMMANDS`.
+``noisylabels fit|validate|test|predict`` are Lightning's stages (:mod:`noisylabels.run.cli`);
+``plot``, ``sweep`` and ``report`` are the project's own (:mod:`noisylabels.report.plot`,
+:mod:`noisylabels.sweep.cli`, :mod:`noisylabels.report.cli`). Each subcommand's module is
+imported only when it runs, so ``noisylabels report`` starts without loading Lightning.
 
-``--ckpt_path last`` (or a run folder, or a checkpoint file in one) continues that run in its own
-folder, checked against the config (:mod:`noisylabels.resume`). User errors end the command with
-one paragraph and exit status 2 (3 for a diverged run), SIGTERM with status 143; ``--debug`` or
-``NOISYLABELS_DEBUG=1`` shows the traceback (:mod:`noisylabels.failures`).
+User errors (:class:`~noisylabels.errors.NoisyLabelsError`) end the command with one paragraph
+and their exit status (2; 3 for a diverged run), SIGTERM with status 143; ``--debug`` or
+``NOISYLABELS_DEBUG=1`` shows the traceback. From Python, :func:`run` runs one command and
+returns its result (the CLI object of a Lightning stage, a subcommand's exit status).
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
-import warnings
-from argparse import ArgumentError
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import lightning as L
-import torch
-from jsonargparse import DefaultHelpFormatter
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_only
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+from noisylabels import __version__
+from noisylabels.errors import InputError, user_error
 
-from noisylabels import resume
-from noisylabels.callbacks import WarmupAwareCheckpoint, run_dir
-from noisylabels.config import ComposedConfigFile
-from noisylabels.data import NoisyDataModule
-from noisylabels.failures import (
-    SIGTERM_EXIT,
-    debug_requested,
-    option_error,
-    paragraph,
-    user_error,
-)
-from noisylabels.methods import NoisyLabelMethod, describe_methods
-from noisylabels.run import fit_and_test
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "NOISYLABELS_DEBUG"
+SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended
 
-# the paper's protocol and the project's layout, where a config does not say otherwise
-TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": 80, "devices": 1, "default_root_dir": "runs"}
-
-# --ckpt_path values Lightning resolves itself (for validate/test/predict after a fit)
-LIGHTNING_CKPT_NAMES = ("best", "hpc", "registry")
-
-# name -> (module, function): project subcommands beside Lightning's stages.
-EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
-    "plot": ("noisylabels.plot", "main"),
-    "sweep": ("noisylabels.sweep_cli", "main"),
-    "report": ("noisylabels.report_cli", "main"),
+LIGHTNING = "noisylabels.run.cli:lightning_command"
+# name -> ("module:function" taking the arguments after the name, one line of help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "fit": (LIGHTNING, "train a method, test it on the clean test set, write results.json"),
+    "validate": (LIGHTNING, "evaluate a checkpoint on the (noisy) validation split"),
+    "test": (LIGHTNING, "evaluate a checkpoint on the clean test set"),
+    "predict": (LIGHTNING, "predict the class probabilities of the test set"),
+    "sweep": ("noisylabels.sweep.cli:main", "run a grid of fits (locally or as a SLURM array)"),
+    "report": ("noisylabels.report.cli:main", "tables of test accuracy over seeds from runs"),
+    "plot": ("noisylabels.report.plot:main", "the paper's loss figures from runs"),
 }
 
 
-class SaveConfigToTensorBoard(SaveConfigCallback):
-    """Save the resolved config as ``config.yaml`` in the run dir and in TensorBoard's text tab
-    (not under ``fast_dev_run``, which writes no run folder)."""
-
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if not trainer.fast_dev_run:
-            super().setup(trainer, pl_module, stage)
-
-    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        text = self.parser.dump(self.config, skip_none=False)
-        block = "\n".join("    " + line for line in text.splitlines())  # markdown code block
-        for logger in trainer.loggers:
-            if isinstance(logger, TensorBoardLogger):
-                logger.experiment.add_text("config", block)
-
-
-class HelpFormatter(DefaultHelpFormatter):
-    """jsonargparse's help formatter, keeping the line breaks of group descriptions (the list
-    of methods under ``--model``)."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return "".join(indent + line for line in text.splitlines(keepends=True))
+def usage() -> str:
+    """The top-level help: every subcommand with one line."""
+    width = max(len(name) for name in SUBCOMMANDS)
+    lines = [
+        f"usage: noisylabels SUBCOMMAND [options]   (noisylabels {__version__})",
+        "",
+        "Learning with noisy labels: VRNL and its baselines. Subcommands:",
+        *(f"  {name:<{width}}  {text}" for name, (_, text) in SUBCOMMANDS.items()),
+        "",
+        "noisylabels SUBCOMMAND --help shows a subcommand's options; --debug shows the "
+        "traceback of an error.",
+    ]
+    return "\n".join(lines)
 
 
-def methods_help() -> str:
-    """The methods of ``--model``, one line each."""
-    lines = describe_methods().splitlines()
-    return (
-        "Methods: --model NAME (or noisylabels.methods.NAME); its options: --model.help NAME\n"
-        + "\n".join("  " + line for line in lines)
-    )
-
-
-class NoisyLabelsCLI(LightningCLI):
-    """LightningCLI with the project's checkpointing, links and post-fit test."""
-
-    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
-        """Lightning's parser with a ``--config`` that understands ``compose:``."""
-        kwargs.setdefault("dump_header", [f"lightning.pytorch=={L.__version__}"])
-        kwargs.setdefault("exit_on_error", False)  # parse errors: one paragraph, see run()
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        parser = self.parser_class(**kwargs)
-        parser.add_argument(
-            "-c",
-            "--config",
-            action=ComposedConfigFile,
-            help="Path to a configuration file in yaml format (may compose others with "
-            "'compose: [a.yaml, b.yaml]'), or a configuration string. Repeatable.",
-        )
-        return parser
-
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        if "model" in parser.groups:
-            parser.groups["model"].description = methods_help()
-        parser.add_lightning_class_args(WarmupAwareCheckpoint, "checkpoint")
-        parser.set_defaults(
-            {
-                # the per-subset loss curves; --trainer.callbacks '[]' drops them
-                "trainer.callbacks": [{"class_path": "noisylabels.callbacks.SubsetStatistics"}],
-                "checkpoint.monitor": "val/acc",
-                "checkpoint.mode": "max",
-                "checkpoint.filename": "best-epoch{epoch:03d}",
-                "checkpoint.auto_insert_metric_name": False,
-            }
-        )
-        parser.add_argument(
-            "--test_after_fit",
-            type=bool,
-            default=True,
-            help="After fit, test the best checkpoint on the clean test set and write "
-            "results.json in the run dir.",
-        )
-        parser.link_arguments(
-            "data.num_classes", "model.init_args.num_classes", apply_on="instantiate"
-        )
-        parser.link_arguments(
-            "data.input_shape", "model.init_args.input_shape", apply_on="instantiate"
-        )
-
-    def before_instantiate_classes(self) -> None:
-        """Resolve ``--trainer.precision`` left unset (null): ``bf16-mixed`` where the run
-        trains on a CUDA GPU with bf16 support, Lightning's ``32-true`` elsewhere. The resolved
-        value is what ``config.yaml`` records."""
-        trainer = self.config.get(self.subcommand, self.config).get("trainer")
-        if trainer is not None and trainer.get("precision") is None:
-            trainer["precision"] = auto_precision(trainer.get("accelerator"))
-
-    def _setting(self, key: str) -> Any:
-        return self.config.get(self.subcommand, self.config).get(key)
-
-    def _parse_ckpt_path(self) -> None:
-        """Locate and read ``--ckpt_path`` (``last``, a run folder or a file). Unlike
-        Lightning's CLI this never applies the checkpoint's hyperparameters over the config;
-        :meth:`after_instantiate_classes` checks that they describe the same experiment."""
-        self._checkpoint: resume.Checkpoint | None = None
-        self._resume_logger: Any = None
-        subcommand = self.config.get("subcommand")
-        if not subcommand:
-            return
-        config = self.config[subcommand]
-        value = config.get("ckpt_path")
-        if not value or (value in LIGHTNING_CKPT_NAMES and not Path(value).exists()):
-            return
-        trainer = config.get("trainer") or {}
-        root = Path(trainer.get("default_root_dir") or TRAINER_DEFAULTS["default_root_dir"])
-        logger = trainer.get("logger")
-        self._checkpoint = resume.load(str(value), root, logger)
-        config.ckpt_path = str(self._checkpoint.path)
-        if subcommand == "fit" and self._checkpoint.run_folder is not None:
-            self._resume_logger = resume.continue_logger(self._checkpoint.run_folder, logger)
-
-    def after_instantiate_classes(self) -> None:
-        if self._checkpoint is None:
-            return
-        changed = resume.check(self._checkpoint, self.model, self.datamodule)
-        if changed:
-            rank_zero_only(print)(
-                resume.describe_changes(self._checkpoint.path, changed), file=sys.stderr
-            )
-
-    def instantiate_trainer(self, **kwargs: Any) -> Any:
-        if getattr(self, "_resume_logger", None) is not None:
-            kwargs["logger"] = self._resume_logger  # continue in the run's own folder
-        return super().instantiate_trainer(**kwargs)
-
-    def fit(
-        self, model: Any, datamodule: Any = None, ckpt_path: str | None = None, **kwargs: Any
-    ) -> None:
-        """``noisylabels fit``: :func:`noisylabels.run.fit_and_test`, then print where the
-        results are."""
-        results = fit_and_test(
-            model,
-            datamodule,
-            self.trainer,
-            ckpt_path=ckpt_path,
-            weights_only=kwargs.get("weights_only"),
-            test=bool(self._setting("test_after_fit")),
-            seed=self._setting("seed_everything"),
-            config=self.config[self.subcommand].as_dict(),
-        )
-        self.results = results
-        if results is None:
-            return
-        if self.trainer.fast_dev_run:
-            print("fast_dev_run: every stage ran once; a smoke test writes no results.json")
-            return
-        if results["test_acc"] is not None:
-            print(f"clean test accuracy: {results['test_acc']:.4f} ({results['method']})")
-        print(f"run folder: {run_dir(self.trainer)}")
-
-
-def auto_precision(accelerator: Any) -> str | None:
-    """The precision of a run that does not set one: ``bf16-mixed`` where ``accelerator`` (a
-    name; ``auto`` picks CUDA when there is one) is a CUDA GPU with bf16 support, else ``None``
-    (Lightning's ``32-true``)."""
-    cuda = torch.cuda.is_available() and str(accelerator).lower() in ("auto", "gpu", "cuda")
-    return "bf16-mixed" if cuda and torch.cuda.is_bf16_supported() else None
-
-
-def _dispatch_extra(argv: list[str]) -> Callable[[list[str]], Any] | None:
-    if not argv or argv[0] not in EXTRA_COMMANDS:
-        return None
-    import importlib
-
-    module, func = EXTRA_COMMANDS[argv[0]]
-    return getattr(importlib.import_module(module), func)
-
-
-def make_cli(args: list[str] | None, **options: Any) -> NoisyLabelsCLI:
-    """The ``noisylabels fit`` CLI over ``args`` (``sys.argv`` where ``None``): the project's
-    method and data classes and defaults; ``options`` override LightningCLI's arguments (e.g.
-    ``run=False`` to build the model and data module only)."""
-    settings: dict[str, Any] = {
-        "subclass_mode_model": True,
-        "subclass_mode_data": True,
-        "seed_everything_default": 0,
-        "trainer_defaults": TRAINER_DEFAULTS,
-        "save_config_callback": SaveConfigToTensorBoard,
-        "save_config_kwargs": {"overwrite": True},
-        "auto_configure_optimizers": False,
-    }
-    settings.update(options)
-    return NoisyLabelsCLI(NoisyLabelMethod, NoisyDataModule, args=args, **settings)
-
-
-def run(args: list[str] | None = None) -> NoisyLabelsCLI | Any:
-    """Run one command (``args`` as on the command line) and return the CLI object or the
-    project subcommand's return value."""
+def run(args: list[str] | None = None) -> Any:
+    """Run one command (``args`` as on the command line after ``noisylabels``; ``None``:
+    ``sys.argv``) and return what it returns: the CLI object of a Lightning stage (its
+    ``results`` after ``fit``), a subcommand's exit status. User errors raise."""
     argv = list(sys.argv[1:] if args is None else args)
-    extra = _dispatch_extra(argv)
-    if extra is not None:
-        return extra(argv[1:])
-    if "--model.help" in argv:  # without a method name: the list of methods
-        after = argv.index("--model.help") + 1
-        if after == len(argv) or argv[after].startswith("-"):
-            print(methods_help())
-            raise SystemExit(0)
-    # the project's epoch values are already reduced over DDP processes (torchmetrics' compute,
-    # strategy.reduce) when they are logged: Lightning's advice to add sync_dist does not apply
-    warnings.filterwarnings(
-        "ignore", message=r"It is recommended to use `self\.log\('(train|val|test|subsets)/"
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        raise SystemExit(0)
+    if argv[0] == "--version":
+        print(f"noisylabels {__version__}")
+        raise SystemExit(0)
+    entry = SUBCOMMANDS.get(argv[0])
+    if entry is None:
+        raise InputError(
+            f"unknown subcommand {argv[0]!r}; the subcommands are {', '.join(SUBCOMMANDS)} "
+            "(noisylabels --help)"
+        )
+    module, _, function = entry[0].partition(":")
+    command = getattr(importlib.import_module(module), function)
+    if entry[0] == LIGHTNING:
+        return command(None if args is None else argv)
+    return command(argv[1:])
+
+
+def debug_requested(argv: list[str]) -> bool:
+    """Whether ``argv`` or the environment asks for tracebacks of user errors."""
+    return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+
+
+def paragraph(err: BaseException) -> str:
+    """``err``'s message as one paragraph (its lines joined), with the debug hint."""
+    text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    return (
+        f"noisylabels: error: {text} (Run with {DEBUG_FLAG} or {DEBUG_ENV}=1 to see the traceback.)"
     )
-    # last.ckpt's writer is a second checkpoint callback; "best" is the first one's, as meant
-    warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint`")
-    try:
-        return make_cli(None if args is None else argv)
-    except ArgumentError as err:
-        raise option_error(err) from err
-    except Exception as err:
-        found = user_error(err)
-        if found is None or found is err:
-            raise
-        raise found from err  # the user error jsonargparse wrapped into its own
 
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``noisylabels`` command: user errors end it with one paragraph and
     their exit status (a traceback with ``--debug`` or ``NOISYLABELS_DEBUG=1``), SIGTERM with
     status 143; programming errors keep their traceback."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException  # loads Lightning
+
     argv = list(sys.argv[1:] if args is None else args)
     debug = debug_requested(argv)
-    argv = [a for a in argv if a != "--debug"]
+    argv = [a for a in argv if a != DEBUG_FLAG]
     if args is None:
         sys.argv[1:] = argv
     try:
-        run(None if args is None else argv)
+        result = run(None if args is None else argv)
     except SIGTERMException:
         sys.exit(SIGTERM_EXIT)
     except Exception as err:
@@ -289,6 +111,8 @@ def main(args: list[str] | None = None) -> None:
             raise
         print(paragraph(found), file=sys.stderr, flush=True)
         sys.exit(found.exit_code)
+    if isinstance(result, int) and result:
+        sys.exit(result)
 
 
 if __name__ == "__main__":

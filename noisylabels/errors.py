@@ -5,9 +5,17 @@ The command line prints these as one paragraph without a traceback (``--debug`` 
 traceback. Each class also derives from the built-in exception a caller would expect
 (``ValueError``, ``FileNotFoundError``, ``ArithmeticError``), so ``except ValueError`` keeps
 working. ``exit_code`` is the status the command line exits with.
+
+A user error is a :class:`NoisyLabelsError` anywhere in an exception's chain (jsonargparse wraps
+the errors of constructors into its own: :func:`user_error`), or a command-line parse error of
+jsonargparse, which :func:`option_error` turns into an :class:`OptionError` naming the option.
+This module imports nothing of the package.
 """
 
 from __future__ import annotations
+
+import re
+from argparse import ArgumentError
 
 
 class NoisyLabelsError(Exception):
@@ -38,3 +46,73 @@ def load_error_summary(err: BaseException) -> str:
         if "GLOBAL" in line or "Unsupported" in line:
             return line
     return lines[0].split(". ")[0] if lines else type(err).__name__
+
+
+class OptionError(InputError):
+    """A command-line option or config value that does not parse."""
+
+
+def user_error(exc: BaseException) -> NoisyLabelsError | None:
+    """The user error behind ``exc``: itself, or an exception it was raised *from* (as
+    jsonargparse raises its own from a constructor's), however deep; ``None`` for a programming
+    error. An error merely raised while handling a user error is a programming error."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, NoisyLabelsError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__
+    return None
+
+
+_SKIPPED = (
+    "Does not validate against any of the Union subtypes",
+    "Subtypes:",
+    "Errors:",
+    "Given value type:",
+)
+
+
+def condense_parse_error(message: str) -> str:
+    """One line from jsonargparse's nested parse-error report: the option as ``--a.b.c``, what
+    is wrong with it, and for which class; the alternatives it also tried (``None``) and the
+    dumps of the given values are dropped."""
+    keys: list[str] = []
+    details: list[str] = []
+    classes: list[str] = []
+    given = None
+    for raw in message.splitlines():
+        line = raw.strip().removeprefix("- ").strip()
+        if not line or line.startswith(_SKIPPED) or "<class 'NoneType'>" in line:
+            continue
+        if match := re.match(r'Parser key "([^"]+)":?\s*(.*)', line):
+            keys.append(match.group(1))
+            if match.group(2):
+                details.append(match.group(2))
+        elif match := re.match(r"Problem with given class_path '([^']+)':?", line):
+            classes.append(match.group(1))
+        elif line.startswith("Given value:"):
+            given = line.removeprefix("Given value:").strip()
+        else:
+            details.append(line)
+    text = "; ".join(details) or message.strip()
+    text = re.sub(r"Expected a <class '([\w.]+)'>", r"expected a value of type \1", text)
+    text = re.sub(r"<class '([\w.]+)'>", r"\1", text)
+    if (
+        given
+        and "got value" not in text.lower()
+        and not given.startswith(("Namespace(", "NestedArg("))
+    ):
+        text += f" (given: {given})"
+    if classes:
+        text += f" (in {classes[-1]})"
+    return f"--{'.'.join(keys)}: {text}" if keys else text
+
+
+def option_error(err: ArgumentError) -> OptionError:
+    """An :class:`OptionError` for a jsonargparse parse error, saying where the options are."""
+    return OptionError(
+        f"{condense_parse_error(str(err.message))}. Run `noisylabels fit --help` for the options "
+        "(`--model.help CLASS` / `--data.help CLASS` for those of a method or dataset)."
+    )

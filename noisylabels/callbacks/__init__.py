@@ -1,19 +1,10 @@
-"""Callbacks: run artifacts, model selection and observability."""
+"""Observers of a run: per-subset loss statistics, the transition-matrix monitor and the
+divergence stop. They read what a training step hands out (its
+:class:`~noisylabels.methods.core.step.StepOutput` records) and a method's public outputs (T̂),
+never a method's insides; what a run records on disk is :mod:`noisylabels.run`'s."""
 
-from noisylabels.callbacks.artifacts import NoiseRecorder, run_dir
-from noisylabels.callbacks.checkpoint import WarmupAwareCheckpoint
 from noisylabels.callbacks.divergence import DivergenceGuard
-from noisylabels.callbacks.last import LastCheckpoint
 from noisylabels.callbacks.subsets import SubsetStatistics
-from noisylabels.callbacks.transition import TransitionMonitor, write_transition_estimate
+from noisylabels.callbacks.transition_monitor import TransitionMonitor
 
-__all__ = [
-    "DivergenceGuard",
-    "LastCheckpoint",
-    "NoiseRecorder",
-    "SubsetStatistics",
-    "TransitionMonitor",
-    "WarmupAwareCheckpoint",
-    "run_dir",
-    "write_transition_estimate",
-]
+__all__ = ["DivergenceGuard", "SubsetStatistics", "TransitionMonitor"]

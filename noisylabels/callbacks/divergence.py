@@ -33,7 +33,7 @@ def _loss_of(outputs: Any) -> Tensor | None:
 
 class DivergenceGuard(L.Callback):
     """Raise :class:`~noisylabels.errors.DivergenceError` when a training step's loss is NaN or
-    infinite (every method adds it through its ``configure_callbacks``).
+    infinite (every run attaches it, see :func:`noisylabels.run.run_callbacks`).
 
     Args:
         check_every: copy the device-side record to the host every this many steps (default

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from noisylabels.methods.losses import EPS
+from noisylabels.methods.core.losses import EPS
 
 SUBSETS = ("mislabeled", "correct")
 LOSSES = ("loss", "ce_noisy", "ce_clean")

@@ -47,6 +47,8 @@ from noisylabels.callbacks.subset_stats import (
     summarize,
     tag,
 )
+from noisylabels.methods.core.base import NoisyLabelMethod
+from noisylabels.noise import data_facts_of
 
 SOURCES = ("train_step", "pass")
 
@@ -73,7 +75,7 @@ class SubsetStatistics(L.Callback):
             first, the one a single-network method has). ``source: pass`` evaluates the
             method's own forward (its first network) whatever this says.
 
-    The values come from the :class:`~noisylabels.methods.step.StepOutput` records the method's
+    The values come from the :class:`~noisylabels.methods.core.step.StepOutput` records the method's
     training steps return under ``"steps"``: losses and logits of every sample of the batch,
     weights of the samples the objective used (a method that selects samples, such as
     Co-teaching, gives weights only to those).
@@ -123,25 +125,21 @@ class SubsetStatistics(L.Callback):
                 "adding another with --trainer.callbacks+=..."
             )
             return
-        datamodule = trainer.datamodule
-        noisy = getattr(datamodule, "noisy_labels", None)
-        data = getattr(datamodule, "data", None)
-        if noisy is None or data is None:
+        facts = data_facts_of(trainer.datamodule)
+        if facts is None:
             rank_zero_warn(
                 "SubsetStatistics needs a noisylabels data module (noisy and clean labels of "
                 "the training set); no subset statistics are recorded for this run"
             )
             return
-        clean = data.train_clean.long()
-        noisy = noisy.long()
+        clean = facts.clean_labels.long()
+        noisy = facts.noisy_labels.long()
         known = clean >= 0
         device = pl_module.device
-        num_classes = int(getattr(pl_module, "num_classes", 0) or datamodule.num_classes)
         self._noisy, self._clean = noisy.to(device), clean.to(device)
         self._subsets = subset_ids(self._noisy, self._clean)
-        self._buffer = torch.zeros(len(noisy), num_classes + 4, device=device)
-        train = getattr(datamodule, "train_indices", None)
-        train = torch.arange(len(noisy)) if train is None else train
+        self._buffer = torch.zeros(len(noisy), facts.num_classes + 4, device=device)
+        train = facts.train_indices
         n_train, n_known = len(train), int(known[train].sum())
         n_mis = int((known & (noisy != clean))[train].sum())
         message = (
@@ -269,7 +267,5 @@ def _single_thread(device: torch.device) -> Iterator[None]:
 
 def _is_identity_posterior(pl_module: L.LightningModule) -> bool:
     """Whether the module keeps the default ``noisy_posterior`` (``q = p``)."""
-    from noisylabels.methods.base import NoisyLabelMethod
-
     method = getattr(type(pl_module), "noisy_posterior", None)
     return method is None or method is NoisyLabelMethod.noisy_posterior

@@ -11,8 +11,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from noisylabels.data.base import LoadedData, NoisyDataModule
+from noisylabels.data.loaded import LoadedData
 from noisylabels.data.memory import missing_files_message
+from noisylabels.data.module import NoisyDataModule
 from noisylabels.errors import InputError, MissingFileError
 from noisylabels.noise import superclass_flips
 

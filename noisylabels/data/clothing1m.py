@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from noisylabels.data.base import LoadedData
 from noisylabels.data.files import is_safe_key, key_array
 from noisylabels.data.image_files import ImageFileDataModule
+from noisylabels.data.loaded import LoadedData
 from noisylabels.errors import InputError, MissingFileError
 
 NUM_CLASSES = 14

@@ -7,7 +7,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from noisylabels.data.base import LoadedData, NoisyDataModule
+from noisylabels.data.loaded import LoadedData
+from noisylabels.data.module import NoisyDataModule
 from noisylabels.errors import InputError
 
 DIGIT_FLIPS: dict[int, int] = {2: 7, 3: 8, 5: 6, 6: 5, 7: 1}

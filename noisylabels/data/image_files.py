@@ -16,7 +16,6 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from noisylabels.data.base import NoisyDataModule
 from noisylabels.data.files import (
     ImageFileDataset,
     NonEmptyBatches,
@@ -24,6 +23,7 @@ from noisylabels.data.files import (
     default_num_workers,
     load_image,
 )
+from noisylabels.data.module import NoisyDataModule
 from noisylabels.data.samplers import ClassBalancedSampler
 from noisylabels.data.transforms import BatchTransform
 from noisylabels.errors import InputError
@@ -33,7 +33,7 @@ class ImageFileDataModule(NoisyDataModule):
     """Base of file-backed data modules: ``LoadedData`` image fields are key arrays (see
     :func:`~noisylabels.data.files.key_array`) of paths relative to ``data_dir``.
 
-    Args (beside :class:`~noisylabels.data.base.NoisyDataModule`'s):
+    Args (beside :class:`~noisylabels.data.module.NoisyDataModule`'s):
         num_workers: image-decoding DataLoader workers (default ``min(8, CPUs)``).
         image_size: crop size fed to the network (default 224).
         resize_size: the shorter image side is resized to this before cropping (default 256).

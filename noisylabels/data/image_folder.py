@@ -8,9 +8,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from noisylabels.data.base import LoadedData
 from noisylabels.data.files import key_array
 from noisylabels.data.image_files import ImageFileDataModule
+from noisylabels.data.loaded import LoadedData
 from noisylabels.errors import InputError, MissingFileError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -34,7 +34,7 @@ class ImageFolderDataModule(ImageFileDataModule):
     Images are decoded by workers as for Clothing1M: shorter side resized to ``resize_size``,
     crop of ``image_size``, ImageNet normalization.
 
-    Args (beside the noise options of :class:`~noisylabels.data.base.NoisyDataModule` and the
+    Args (beside the noise options of :class:`~noisylabels.data.module.NoisyDataModule` and the
     image options of :class:`~noisylabels.data.image_files.ImageFileDataModule`):
         use_val_folder: validate on ``val/`` (clean labels) when it exists; ``false`` holds out
             ``val_fraction`` of the noisy training set instead, as for the other datasets.

@@ -11,9 +11,10 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from noisylabels.data.base import LoadedData, NoisyDataModule
 from noisylabels.data.digits import DIGIT_FLIPS
+from noisylabels.data.loaded import LoadedData
 from noisylabels.data.memory import missing_files_message
+from noisylabels.data.module import NoisyDataModule
 from noisylabels.errors import InputError, MissingFileError
 
 IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049  # IDX: unsigned bytes, 3 and 1 dimensions

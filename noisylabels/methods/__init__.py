@@ -1,24 +1,31 @@
 """Methods: one LightningModule each, all on :class:`NoisyLabelMethod` (VRNL via ``alpha``).
 
+``core/`` holds the machinery the methods share; ``transition.py`` the transition-matrix
+family, ``selection.py`` the two-network family, then one small file per method.
 :func:`registry` lists every method of the package (each concrete subclass defined in one of
 its modules), which is what ``noisylabels fit --model.help`` prints and the tests train.
 """
 
-from noisylabels.methods.base import NoisyLabelMethod
 from noisylabels.methods.ce import CE
+from noisylabels.methods.core import (
+    EpochStatistics,
+    NoisyLabelMethod,
+    StepOutput,
+    VRNLOutput,
+    describe_methods,
+    registry,
+    vrnl_objective,
+)
 from noisylabels.methods.coteaching import CoTeaching
 from noisylabels.methods.decoupling import Decoupling
 from noisylabels.methods.forward import Forward
 from noisylabels.methods.mentornet import MentorNet
 from noisylabels.methods.ptd import PTD
-from noisylabels.methods.registry import describe_methods, registry
 from noisylabels.methods.reweight import Reweight
 from noisylabels.methods.selection import SmallLossMethod, TwoNetworkMethod
-from noisylabels.methods.step import EpochStatistics, StepOutput
 from noisylabels.methods.transition import TransitionMethod
 from noisylabels.methods.trevision import TRevision
 from noisylabels.methods.volminnet import VolMinNet
-from noisylabels.methods.vrnl import VRNLOutput, vrnl_objective
 
 __all__ = [
     "CE",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from noisylabels.methods.base import NoisyLabelMethod
-from noisylabels.methods.losses import cross_entropy
+from noisylabels.methods.core.base import NoisyLabelMethod
+from noisylabels.methods.core.losses import cross_entropy
 
 
 class CE(NoisyLabelMethod):

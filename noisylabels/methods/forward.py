@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from noisylabels.methods.losses import forward_loss
+from noisylabels.methods.core.losses import forward_loss
 from noisylabels.methods.transition import TransitionMethod
 
 

@@ -30,11 +30,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from noisylabels.errors import InputError
-from noisylabels.methods.base import NoisyLabelMethod
-from noisylabels.methods.losses import importance_weights
-from noisylabels.methods.transition import true_transition
+from noisylabels.methods.core.base import NoisyLabelMethod
+from noisylabels.methods.core.losses import importance_weights
 from noisylabels.noise import (
-    estimation_error,
     fit_part_transitions,
     part_noisy_posterior,
     part_transition,
@@ -54,7 +52,7 @@ class PTD(NoisyLabelMethod):
         ridge: weight of the penalty pulling every part matrix toward the anchor estimate T̂
             (see :func:`~noisylabels.noise.fit_part_transitions`); 0 is the plain least
             squares of the reference.
-        **kwargs: see :class:`~noisylabels.methods.base.NoisyLabelMethod`.
+        **kwargs: see :class:`~noisylabels.methods.core.base.NoisyLabelMethod`.
     """
 
     def __init__(
@@ -141,15 +139,15 @@ class PTD(NoisyLabelMethod):
         low, high = (float(q) for q in hp.anchor_quantiles)
         quantiles = torch.linspace(low, high, hp.parts).tolist()
         part_matrices = fit_part_transitions(probs, weights[:n_train], quantiles, hp.ridge)
-        all_weights = torch.full((len(trainer.datamodule.noisy_labels), hp.parts), 1.0 / hp.parts)
+        facts = self.data_facts()
+        all_weights = torch.full((facts.num_samples, hp.parts), 1.0 / hp.parts)
         all_weights[index] = weights
         strategy = trainer.strategy
         self.weights = strategy.broadcast(all_weights, src=0).to(self.device)
         self.part_matrices.copy_(strategy.broadcast(part_matrices, src=0))
         self.mean_weights.copy_(strategy.broadcast(weights[:n_train].mean(0), src=0))
-        true_t = true_transition(trainer.datamodule)
-        mean_t = self.mean_transition().cpu()
-        err = "" if true_t is None else f"; mean T(x): ε_T = {estimation_error(true_t, mean_t):.4f}"
+        error_t = self.t_estimation_error(self.mean_transition())
+        err = "" if error_t is None else f"; mean T(x): ε_T = {error_t:.4f}"
         rank_zero_info(
             f"PTD: {hp.parts} parts of the {features.shape[1]}-d features of {len(features)} "
             f"samples (NMF relative error {error:.3f}) at epoch {self.current_epoch}{err}"

@@ -18,7 +18,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from noisylabels.methods.losses import importance_weights
+from noisylabels.methods.core.losses import importance_weights
 from noisylabels.methods.transition import TransitionMethod
 
 

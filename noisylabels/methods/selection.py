@@ -1,13 +1,13 @@
 """Sample selection with two networks: the shared machinery of Co-teaching, MentorNet and
 Decoupling.
 
-Both networks are built by :meth:`~noisylabels.methods.base.NoisyLabelMethod.add_network`, so
+Both networks are built by :meth:`~noisylabels.methods.core.base.NoisyLabelMethod.add_network`, so
 each has its own optimizer (stepped by the shared manual-optimization step) and its own
 validation and test accuracy; network 0 (``self.net``) is the one model selection and
 ``test/acc`` use, network 1's accuracies are logged as ``val/net1/acc`` and ``test/net1/acc``.
 In every batch :meth:`TwoNetworkMethod.select` chooses the samples each network learns from and
 each network's objective is the VRNL objective of the cross-entropies of its chosen samples
-(recorded as the :class:`~noisylabels.methods.step.StepOutput` of network 0 and 1). A warm-up
+(recorded as the :class:`~noisylabels.methods.core.step.StepOutput` of network 0 and 1). A warm-up
 (``warmup_epochs``) trains both networks on every sample with plain cross-entropy.
 
 The small-loss methods drop a fraction ``tau_t`` of each batch: ``tau_t`` ramps linearly from 0
@@ -26,9 +26,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from noisylabels.errors import InputError
-from noisylabels.methods.base import NoisyLabelMethod
-from noisylabels.methods.losses import cross_entropy
-from noisylabels.methods.transition import estimate_from_model, transition_error
+from noisylabels.methods.core.base import NoisyLabelMethod
+from noisylabels.methods.core.losses import cross_entropy
+from noisylabels.methods.transition import estimate_from_model
 
 FORGET_RATES = ("noise_rate", "estimate")
 
@@ -37,7 +37,7 @@ class TwoNetworkMethod(NoisyLabelMethod):
     """Two networks, each trained on the samples :meth:`select` chooses for it.
 
     Args:
-        **kwargs: see :class:`~noisylabels.methods.base.NoisyLabelMethod`.
+        **kwargs: see :class:`~noisylabels.methods.core.base.NoisyLabelMethod`.
     """
 
     abstract = True  # a base of methods, not one itself (see methods.registry)
@@ -89,7 +89,7 @@ class SmallLossMethod(TwoNetworkMethod):
         ramp_epochs: epochs over which ``tau_t`` rises linearly from 0 to ``tau``, counted from
             the first epoch of the method's own stage (Han et al. 2018: 10).
         filter_outliers: the anchor points' 97th-percentile filter, for ``estimate``.
-        **kwargs: see :class:`~noisylabels.methods.base.NoisyLabelMethod`.
+        **kwargs: see :class:`~noisylabels.methods.core.base.NoisyLabelMethod`.
     """
 
     abstract = True  # a base of methods, not one itself (see methods.registry)
@@ -131,13 +131,13 @@ class SmallLossMethod(TwoNetworkMethod):
             self.tau.fill_(self._nominal_rate())
 
     def _nominal_rate(self) -> float:
-        datamodule = getattr(self._trainer, "datamodule", None)
-        info = datamodule.noise_info() if hasattr(datamodule, "noise_info") else {}
-        rate = info.get("rate_nominal")
+        facts = self.data_facts()
+        rate = None if facts is None else facts.noise_rate
         if rate is None:
+            noise = "unknown" if facts is None else facts.noise_type
             raise InputError(
                 f"forget_rate: noise_rate needs the data's nominal noise rate, which noise "
-                f"type {info.get('type', 'unknown')!r} does not have; pass --model.forget_rate "
+                f"type {noise!r} does not have; pass --model.forget_rate "
                 "with a number (e.g. the label file's known noise rate), or "
                 "--model.forget_rate estimate with --model.warmup_epochs N"
             )
@@ -152,7 +152,7 @@ class SmallLossMethod(TwoNetworkMethod):
         self.T_hat.copy_(T_hat.to(self.T_hat))
         self.t_estimated.fill_(True)
         self.tau.fill_(float(1.0 - T_hat.diagonal().mean()))
-        error = transition_error(self, getattr(self._trainer, "datamodule", None))
+        error = self.t_estimation_error()
         err = "" if error is None else f" (ε_T = {error:.4f})"
         rank_zero_info(f"{type(self).__name__}: forget rate {float(self.tau):.4f} from T̂{err}")
 

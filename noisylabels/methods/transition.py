@@ -14,47 +14,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from noisylabels.errors import InputError, MissingFileError
-from noisylabels.methods.base import NoisyLabelMethod
-from noisylabels.methods.losses import apply_transition
+from noisylabels.methods.core.base import NoisyLabelMethod
+from noisylabels.methods.core.losses import apply_transition
 from noisylabels.noise import (
     anchor_transition,
     bias_transition,
     dual_t_transition,
-    estimation_error,
     load_transition,
 )
 
 ESTIMATORS = ("anchor", "dual_t")
 ESTIMATE = "estimate"
-
-
-def true_transition(datamodule: Any) -> Tensor | None:
-    """The true T of a data module's synthetic noise (float, CPU), or ``None`` where unknown."""
-    T = getattr(datamodule, "transition", None)
-    return None if T is None else T.detach().float().cpu()
-
-
-def current_transition(model: L.LightningModule) -> Tensor | None:
-    """A method's current T̂ (detached, float, CPU), or ``None`` if it has none (yet)."""
-    getter = getattr(model, "transition", None)
-    T = getter() if callable(getter) else None
-    return None if T is None else T.detach().float().cpu()
-
-
-def transition_error(model: L.LightningModule, datamodule: Any) -> float | None:
-    """ε_T = ‖T − T̂‖₁,₁ / ‖T‖₁,₁ between the data's true T and the method's current T̂, or
-    ``None`` where either is unknown. The one place the run's ε_T is computed."""
-    true_t, T_hat = true_transition(datamodule), current_transition(model)
-    if true_t is None or T_hat is None:
-        return None
-    return estimation_error(true_t, T_hat)
 
 
 class TransitionMethod(NoisyLabelMethod):
@@ -77,7 +53,7 @@ class TransitionMethod(NoisyLabelMethod):
         transition_bias: ``γ > 0`` perturbs T to ``T + γ|Δ|``, ``Δ ~ N(0, 1)`` seeded by
             ``bias_seed``, rows renormalised (VRNL paper §4.4, robustness to a biased T).
         bias_seed: seed of ``Δ``.
-        **kwargs: see :class:`~noisylabels.methods.base.NoisyLabelMethod`.
+        **kwargs: see :class:`~noisylabels.methods.core.base.NoisyLabelMethod`.
     """
 
     abstract = True  # a base of methods, not one itself (see methods.registry)
@@ -160,15 +136,14 @@ class TransitionMethod(NoisyLabelMethod):
             raise ValueError("transition: estimate has no given T; it is estimated after warm-up")
         if isinstance(source, str):
             return load_transition(source, self.num_classes)
-        datamodule = getattr(self._trainer, "datamodule", None)
-        true_t = true_transition(datamodule)
-        if true_t is None:
-            noise = getattr(datamodule, "noise_type", "unknown")
+        facts = self.data_facts()
+        if facts is None or facts.transition is None:
+            noise = "unknown" if facts is None else facts.noise_type
             raise InputError(
                 f"transition: true needs the true T, which noise type {noise!r} does not have; "
                 "pass --model.transition estimate, or a path to a T file"
             )
-        return true_t
+        return facts.transition.detach().float().cpu()
 
     def biased(self, T: Tensor) -> Tensor:
         """``T`` perturbed by ``transition_bias`` (seeded by ``bias_seed``); ``T`` if γ = 0."""
@@ -181,8 +156,8 @@ class TransitionMethod(NoisyLabelMethod):
         return biased
 
     def _report(self, what: str, T: Tensor) -> None:
-        true_t = true_transition(getattr(self._trainer, "datamodule", None))
-        err = "" if true_t is None else f": ε_T = {estimation_error(true_t, T):.4f}"
+        error = self.t_estimation_error(T)
+        err = "" if error is None else f": ε_T = {error:.4f}"
         rank_zero_info(f"{type(self).__name__}: {what}{err}")
 
     # ---------------------------------------------------------------- estimated T

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from noisylabels.methods.losses import apply_transition, importance_weights
+from noisylabels.methods.core.losses import apply_transition, importance_weights
 from noisylabels.methods.reweight import Reweight
 
 

@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from noisylabels.errors import InputError
-from noisylabels.methods.base import NoisyLabelMethod
-from noisylabels.methods.losses import apply_transition, forward_loss
-from noisylabels.methods.optim import OPTIMIZERS
+from noisylabels.methods.core.base import NoisyLabelMethod
+from noisylabels.methods.core.losses import apply_transition, forward_loss
+from noisylabels.methods.core.optim import OPTIMIZERS
 
 
 class VolMinNet(NoisyLabelMethod):
@@ -38,7 +38,7 @@ class VolMinNet(NoisyLabelMethod):
             module's ``momentum``).
         t_lr: learning rate of T (paper: 0.01).
         t_weight_decay: weight decay of T (paper: 0).
-        **kwargs: see :class:`~noisylabels.methods.base.NoisyLabelMethod`.
+        **kwargs: see :class:`~noisylabels.methods.core.base.NoisyLabelMethod`.
 
     Both optimizers step on every batch through the base's shared manual-optimization step; a
     batch counts as one step of Lightning's ``global_step``.

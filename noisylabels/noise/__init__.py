@@ -1,5 +1,6 @@
 """Label noise (pure torch, no Lightning): transition matrices, corruption, label files, label
-sources and transition-matrix estimation.
+sources, transition-matrix estimation, and the typed facts of a run's data
+(:class:`DataFacts`) that methods and callbacks read.
 
 Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``. The VRNL paper and
 cleanlab use the column-stochastic transpose; see ``to_column_stochastic``.
@@ -21,6 +22,7 @@ from .estimate import (
     dual_t_transition,
     estimation_error,
 )
+from .facts import UNKNOWN_LABEL, DataFacts, ProvidesDataFacts, data_facts_of
 from .label_file import LABEL_FILE_SUFFIXES, read_label_file
 from .labels import (
     SYNTHETIC_TYPES,
@@ -30,13 +32,7 @@ from .labels import (
     SyntheticNoise,
     check_noise_options,
 )
-from .parts import (
-    fit_part_transitions,
-    part_noisy_posterior,
-    part_transition,
-    part_weights,
-)
-from .transition import (
+from .matrices import (
     NOISE_TYPES,
     asymmetric_transition,
     build_transition,
@@ -50,8 +46,18 @@ from .transition import (
     symmetric_transition,
     to_column_stochastic,
 )
+from .parts import (
+    fit_part_transitions,
+    part_noisy_posterior,
+    part_transition,
+    part_weights,
+)
 
 __all__ = [
+    "UNKNOWN_LABEL",
+    "DataFacts",
+    "ProvidesDataFacts",
+    "data_facts_of",
     "NOISE_TYPES",
     "SYNTHETIC_TYPES",
     "LABEL_FILE_SUFFIXES",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from .transition import (
+from .matrices import (
     NOISE_TYPES,
     _check_num_classes,
     _check_rate,

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .corrupt import empirical_transition
-from .transition import check_transition
+from .matrices import check_transition
 
 __all__ = [
     "anchor_points",

@@ -26,7 +26,7 @@ from noisylabels.errors import InputError
 
 from .corrupt import empirical_transition, make_noisy_labels, noise_rate
 from .label_file import read_label_file
-from .transition import NOISE_TYPES
+from .matrices import NOISE_TYPES
 
 __all__ = [
     "LabelSource",

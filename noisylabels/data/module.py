@@ -1,0 +1,397 @@
+"""The data module every dataset shares: clean data in, noisy labels, split and loaders out.
+
+The noisy training labels come from one label source (:mod:`noisylabels.noise.labels`):
+synthetic noise generated once, over the full training set, from the *noise seed* (never the
+training seed), a label file, or the noisy labels a dataset ships with. Then 10 % of the noisy
+training set is held out as noisy validation data, seeded by the noise seed too. Every batch is
+a dict ``{"image", "label", "clean_label", "index"}`` where ``label`` is the (noisy) label and
+``clean_label`` is ``-1`` where the clean label is unknown (real-world noise). Transition
+matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
+
+from noisylabels.data.loaded import LoadedData
+from noisylabels.data.memory import (
+    ON_DEVICE,
+    DeviceBatches,
+    TensorDictDataset,
+    batch_device,
+    collate_batch,
+)
+from noisylabels.data.samplers import shard_sampler
+from noisylabels.data.transforms import BatchTransform
+from noisylabels.errors import InputError
+from noisylabels.noise import (
+    UNKNOWN_LABEL,
+    DataFacts,
+    FileLabels,
+    LabelSource,
+    ShippedLabels,
+    SyntheticNoise,
+    check_noise_options,
+)
+
+__all__ = ["UNKNOWN_LABEL", "NoisyDataModule"]
+
+
+class NoisyDataModule(L.LightningDataModule):
+    """Base data module: loads clean data, takes noisy labels from its label source, splits,
+    serves batches.
+
+    Args:
+        data_dir: folder holding the dataset in its standard layout.
+        batch_size: training batch size (per process under DDP).
+        eval_batch_size: batch size for validation/test/prediction (default: ``batch_size``).
+        num_workers: DataLoader worker processes (in-memory datasets are fastest with 0).
+        noise_type: ``none, symmetric, pair, asymmetric, semantic, instance`` (synthetic),
+            ``file`` (labels read from ``noise_file``) or ``real`` (the noisy labels a dataset
+            ships with, e.g. Clothing1M).
+        noise_rate: nominal noise rate ε in [0, 1) of synthetic noise (pair noise: < 0.5).
+        noise_seed: seed of the label corruption and of the train/val split; independent of the
+            training seed, so ``--seed_everything`` never changes the noisy labels.
+        noise_file: labels file for ``noise_type: file`` (``.pt`` tensor or dict, ``.npy``,
+            ``.csv``/``.txt`` one label per line); e.g. CIFAR-10N's ``CIFAR-10_human.pt``.
+        noise_file_key: key inside a dict-valued ``noise_file`` (e.g. ``worse_label``,
+            ``aggre_label``, ``noisy_label``; a saved run's ``noise.pt`` uses ``noisy_labels``).
+        val_fraction: fraction of the noisy training set held out as (noisy) validation data.
+        augment: train-time augmentation; default: the dataset's standard one.
+        download: fetch the dataset with torchvision's downloader where there is network.
+        on_device: keep in-memory data (uint8 images, labels) on the training device and draw
+            every batch there (:class:`~noisylabels.data.memory.DeviceBatches`): no per-batch
+            gather on the host and copy. ``auto``: on a GPU (any accelerator), not on the CPU;
+            ``true`` also on the CPU; ``false``: host ``DataLoader``. File-backed datasets
+            always load on the host (``true`` is refused for them).
+
+    Subclasses declare their facts as class attributes (``name``, ``num_classes``,
+    ``input_shape``, ``mean``/``std``, ``semantic_flips`` for semantic noise,
+    ``ships_noisy_labels`` for real noise) and implement :meth:`load`.
+    """
+
+    name: ClassVar[str] = "base"
+    num_classes: ClassVar[int] = 10
+    input_shape: ClassVar[tuple[int, int, int]] = (1, 28, 28)
+    mean: ClassVar[tuple[float, ...]] = (0.5,)
+    std: ClassVar[tuple[float, ...]] = (0.5,)
+    default_augment: ClassVar[bool] = False
+    semantic_flips: ClassVar[dict[int, int] | None] = None
+    """Semantic noise: ``{clean class: noisy class}`` (Patrini et al. 2017); ``None`` refuses it."""
+    ships_noisy_labels: ClassVar[bool] = False
+    """Whether :meth:`load` returns real noisy labels (``LoadedData.train_noisy``)."""
+    loader_class: ClassVar[type[DataLoader]] = DataLoader
+
+    def __init__(
+        self,
+        data_dir: str = "data",
+        batch_size: int = 128,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        noise_type: str = "symmetric",
+        noise_rate: float = 0.2,
+        noise_seed: int = 0,
+        noise_file: str | None = None,
+        noise_file_key: str | None = None,
+        val_fraction: float = 0.1,
+        augment: bool | None = None,
+        download: bool = False,
+        on_device: bool | str = "auto",
+    ) -> None:
+        super().__init__()
+        if on_device not in ON_DEVICE:
+            raise InputError(f"--data.on_device must be auto, true or false, got {on_device!r}")
+        check_noise_options(
+            noise_type,
+            noise_rate,
+            noise_file,
+            flips=self.semantic_flips,
+            ships_labels=self.ships_noisy_labels,
+            dataset=type(self).__name__,
+        )
+        if not 0.0 <= val_fraction < 1.0:
+            raise InputError(f"--data.val_fraction must be in [0, 1), got {val_fraction}")
+        if batch_size < 1:
+            raise InputError(f"--data.batch_size must be positive, got {batch_size}")
+        self.save_hyperparameters()
+        self.data_dir = Path(data_dir).expanduser()
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.num_workers = num_workers
+        self.noise_type = noise_type
+        self.noise_rate_nominal = noise_rate
+        self.noise_seed = noise_seed
+        self.noise_file = noise_file
+        self.noise_file_key = noise_file_key
+        self.val_fraction = val_fraction
+        self.augment = self.default_augment if augment is None else augment
+        self.download = download
+        self.on_device = on_device
+        self._device_copies: dict[int, Any] = {}
+        self.transform = BatchTransform(self.mean, self.std, augment=self.augment)
+        self.data: LoadedData | None = None
+        self.label_source: LabelSource | None = None
+        self.transition: Tensor | None = None
+        self.noisy_labels: Tensor | None = None
+        self.train_indices: Tensor | None = None
+        self.val_indices: Tensor | None = None
+
+    # ------------------------------------------------------------------ subclass hooks
+    def load(self) -> LoadedData:
+        """Read the clean dataset (raise ``MissingFileError`` that spells out the layout)."""
+        raise NotImplementedError
+
+    def fetch(self) -> None:
+        """Download the dataset into ``data_dir`` (only called with ``download: true``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be downloaded automatically")
+
+    def make_dataset(
+        self, images: Any, labels: Tensor, clean_labels: Tensor, indices: Tensor, split: str
+    ) -> Dataset:
+        """Dataset over ``indices`` of ``images`` for ``split`` (``train``, ``train_eval``,
+        ``val`` or ``test``; only ``train`` is augmented); in-memory tensors by default."""
+        return TensorDictDataset(images, labels, clean_labels, indices)
+
+    def make_sampler(self, dataset: Dataset, shuffle: bool) -> Sampler | None:
+        """Sampler of a loader; ``None`` (default) shuffles or keeps the order as ``shuffle``
+        says. A custom sampler should define ``set_epoch`` and ``__len__`` so Lightning can
+        shard it under DDP."""
+        return None
+
+    def noise_features(self, images: Any) -> Tensor:
+        """One feature row per training image for instance-dependent noise (PTD, Xia et al.
+        2020): the raw pixel values (uint8, 0-255) flattened, without rescaling."""
+        return torch.as_tensor(images).reshape(len(images), -1)
+
+    def callbacks(self) -> list[L.Callback]:
+        """Callbacks this data module needs in every run (none by default); the method's
+        ``configure_callbacks`` adds them, so ``Trainer.fit`` and ``noisylabels fit`` agree."""
+        return []
+
+    def make_label_source(self, data: LoadedData) -> LabelSource:
+        """The label source the options ask for: a label file, the dataset's own noisy labels
+        (``real``) or synthetic noise seeded by the noise seed."""
+        if self.noise_type == "file":
+            assert self.noise_file is not None
+            return FileLabels(self.noise_file, self.noise_file_key)
+        if self.noise_type == "real":
+            if data.train_noisy is None:
+                raise InputError(f"{type(self).__name__} loaded no noisy labels")
+            return ShippedLabels(data.train_noisy, dataset=type(self).__name__)
+        return SyntheticNoise(
+            self.noise_type,
+            self.noise_rate_nominal,
+            self.noise_seed,
+            flips=self.semantic_flips,
+            features=lambda: self.noise_features(data.train_images),
+        )
+
+    # ------------------------------------------------------------------ Lightning hooks
+    def prepare_data(self) -> None:
+        if self.download:
+            self.fetch()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.data is not None:
+            return
+        data = self.load()
+        source = self.make_label_source(data)
+        self.noisy_labels = source.make_labels(data.train_clean.long(), self.num_classes)
+        self.transition = source.transition
+        self.label_source = source
+        self.data = data
+        n = len(self.noisy_labels)
+        gen = torch.Generator().manual_seed(self.noise_seed + 1_000_003)
+        perm = torch.randperm(n, generator=gen)
+        n_val = 0 if data.val_labels is not None else int(math.floor(n * self.val_fraction))
+        self.val_indices = perm[:n_val].sort().values
+        self.train_indices = perm[n_val:].sort().values
+
+    # ------------------------------------------------------------------ facts about the noise
+    @property
+    def clean_labels(self) -> Tensor:
+        assert self.data is not None, "call setup() first"
+        return self.data.train_clean
+
+    @property
+    def noise_rate_actual(self) -> float | None:
+        """Measured fraction of flipped training labels (``None`` if clean labels are unknown)."""
+        return None if self.label_source is None else self.label_source.rate_actual
+
+    @property
+    def clean_validation(self) -> bool:
+        """Whether validation uses a separate clean-labelled set instead of the noisy split;
+        methods then score validation with the clean posterior ``p`` rather than ``p @ T``."""
+        return self.data is not None and self.data.val_labels is not None
+
+    def data_facts(self) -> DataFacts:
+        """What methods and callbacks may know of this data (:class:`~noisylabels.noise.DataFacts`):
+        classes, the noise, the true T, the labels and the training split's evaluation
+        batches."""
+        assert self.data is not None and self.label_source is not None, "call setup() first"
+        assert self.noisy_labels is not None and self.train_indices is not None
+        rate = self.label_source.noise_info().get("rate_nominal")
+        return DataFacts(
+            num_classes=self.num_classes,
+            noise_type=self.noise_type,
+            noise_rate=None if rate is None else float(rate),
+            transition=self.transition,
+            clean_validation=self.clean_validation,
+            noisy_labels=self.noisy_labels,
+            clean_labels=self.data.train_clean,
+            train_indices=self.train_indices,
+            eval_batches=self.train_eval_batches,
+        )
+
+    def noise_info(self) -> dict[str, Any]:
+        """Summary of the noise for results and logs, from the label source (synthetic: type,
+        nominal and actual rate, seed; file: the file, key and measured rate; real: the rate
+        over the samples with a known clean label). ``seed`` is the noise seed, which also
+        seeds the train/val split."""
+        assert self.label_source is not None, "call setup() first"
+        info = self.label_source.noise_info()
+        info.setdefault("seed", self.noise_seed)
+        return info
+
+    def noise_state(self) -> dict[str, Any]:
+        """Everything needed to re-create the noise exactly (saved as ``noise.pt``), plus the
+        measured row-stochastic T (``empirical_transition``, ``T[i, j] = P(noisy=j | clean=i)``
+        over the samples with a known clean label)."""
+        assert self.data is not None and self.label_source is not None, "call setup() first"
+        return {
+            "dataset": self.name,
+            "noisy_labels": self.noisy_labels,
+            "clean_labels": self.data.train_clean,
+            "transition": self.transition,
+            "empirical_transition": self.label_source.empirical_transition(),
+            "train_indices": self.train_indices,
+            "val_indices": self.val_indices,
+            **self.noise_info(),
+        }
+
+    def data_info(self) -> dict[str, Any]:
+        """Facts about the data of the run for results: the size of each split."""
+        assert self.data is not None, "call setup() first"
+        assert self.train_indices is not None and self.val_indices is not None
+        val = self.data.val_labels
+        return {
+            "sizes": {
+                "train": len(self.train_indices),
+                "val": len(self.val_indices) if val is None else len(val),
+                "test": len(self.data.test_labels),
+            }
+        }
+
+    # ------------------------------------------------------------------ loaders
+    def _loader(
+        self, dataset: Dataset, batch_size: int, shuffle: bool, shard: bool = True
+    ) -> DataLoader:
+        """A loader of ``dataset``. Under DDP a ``shard`` loader (those Lightning iterates) gives
+        this process its :class:`ShardSampler` share, so each sample is seen once per epoch
+        across processes; loaders a method iterates itself on every process pass
+        ``shard=False``."""
+        sampler = self.make_sampler(dataset, shuffle)
+        shards = getattr(self.trainer, "distributed_sampler_kwargs", None) if shard else None
+        if sampler is None:
+            sampler = shard_sampler(dataset, shards, shuffle, batch_size)
+        device = batch_device(self.on_device, dataset, self.trainer, type(self).__name__)
+        if device is not None:
+            if sampler is None:  # one process, in order (a shuffled order is a ShardSampler's)
+                sampler = SequentialSampler(dataset)
+            return DeviceBatches(dataset, sampler, batch_size, device, self._device_copies)
+        return self.loader_class(
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle and sampler is None,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            collate_fn=collate_batch,
+            persistent_workers=self.num_workers > 0,
+            pin_memory=self.num_workers > 0 and torch.cuda.is_available(),
+        )
+
+    def _split_dataset(self, indices: Tensor, split: str) -> Dataset:
+        assert self.data is not None and self.noisy_labels is not None, "call setup() first"
+        return self.make_dataset(
+            self.data.train_images, self.noisy_labels, self.data.train_clean, indices, split
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        dataset = self._split_dataset(self.train_indices, "train")
+        return self._loader(dataset, self.batch_size, True)
+
+    def _clean_dataset(self, images: Any, labels: Tensor, split: str) -> Dataset:
+        labels = labels.long()
+        return self.make_dataset(images, labels, labels, torch.arange(len(labels)), split)
+
+    def val_dataloader(self) -> DataLoader:
+        assert self.data is not None, "call setup() first"
+        if self.data.val_labels is not None:
+            dataset = self._clean_dataset(self.data.val_images, self.data.val_labels, "val")
+        else:
+            dataset = self._split_dataset(self.val_indices, "val")
+        return self._loader(dataset, self.eval_batch_size, False)
+
+    def test_dataloader(self) -> DataLoader:
+        assert self.data is not None, "call setup() first"
+        dataset = self._clean_dataset(self.data.test_images, self.data.test_labels, "test")
+        return self._loader(dataset, self.eval_batch_size, False)
+
+    def train_eval_dataloader(self, split: str = "train") -> DataLoader:
+        """The training split in order, without augmentation (for T estimation and statistics);
+        ``split="val"``: the noisy validation split of the training set, likewise."""
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        indices = self.train_indices if split == "train" else self.val_indices
+        name = "train_eval" if split == "train" else "val"
+        return self._loader(self._split_dataset(indices, name), self.eval_batch_size, False, False)
+
+    def train_eval_batches(
+        self,
+        device: torch.device | str,
+        limit: int | float | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        split: str = "train",
+    ) -> Iterator[dict[str, Tensor]]:
+        """Batches of :meth:`train_eval_dataloader` on ``device``, normalized, never augmented:
+        what T estimation and exact training statistics run the model over.
+
+        Args:
+            limit: as Lightning's ``limit_*_batches``: an int caps the number of batches, a
+                float below 1 keeps that fraction of them (at least one).
+            rank, world_size: keep every ``world_size``-th batch, starting at ``rank``.
+            split: ``train``, or ``val`` for the noisy validation split.
+        """
+        loader = self.train_eval_dataloader(split)
+        n = len(loader)
+        if isinstance(limit, int):
+            n = min(n, limit)
+        elif limit is not None and limit < 1.0:
+            n = max(1, int(n * limit))
+        for b, batch in enumerate(loader):
+            if b >= n:
+                break
+            if b % world_size != rank:
+                continue
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            batch["image"] = self.transform(batch["image"], train=False)
+            yield batch
+
+    def predict_dataloader(self) -> DataLoader:
+        return self.test_dataloader()
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Normalize (and, while training, augment) the whole batch on its device."""
+        if isinstance(batch, dict) and "image" in batch:
+            training = self.trainer is not None and self.trainer.training
+            batch["image"] = self.transform(batch["image"], train=training)
+        return batch

@@ -1,0 +1,20 @@
+"""The machinery every method shares, none of it a method: the base LightningModule, the VRNL
+objective, the typed step record, the stage schedule, optimization, networks, acceleration,
+losses and the method registry."""
+
+from noisylabels.methods.core.base import NoisyLabelMethod
+from noisylabels.methods.core.registry import describe_methods, registry
+from noisylabels.methods.core.stages import StageSchedule
+from noisylabels.methods.core.step import EpochStatistics, StepOutput
+from noisylabels.methods.core.vrnl import VRNLOutput, vrnl_objective
+
+__all__ = [
+    "EpochStatistics",
+    "NoisyLabelMethod",
+    "StageSchedule",
+    "StepOutput",
+    "VRNLOutput",
+    "describe_methods",
+    "registry",
+    "vrnl_objective",
+]

@@ -1,0 +1,400 @@
+"""The shared LightningModule of every method: backbone(s), optimization, stages, metrics, VRNL.
+
+A method subclasses :class:`NoisyLabelMethod` and defines :meth:`~NoisyLabelMethod.per_sample_loss`;
+it gets the VRNL objective ``mean(l) - alpha * Var(l)`` (VRNL paper, Eq. 1) by setting ``alpha``.
+What the base owns, so that a method is a small file:
+
+* the objective: :meth:`~NoisyLabelMethod.vrnl` turns per-sample losses (of all samples, or of
+  the ones a method selects) into the VRNL objective and records a typed
+  :class:`~noisylabels.methods.core.step.StepOutput` that the epoch statistics and callbacks
+  read;
+* the stages: ``warmup_epochs`` of plain cross-entropy (VRNL off, never selected as the best
+  checkpoint), an optional estimation point (:meth:`~NoisyLabelMethod.on_main_stage_start`,
+  e.g. estimating T̂), then the method's own objective. A
+  :class:`~noisylabels.methods.core.stages.StageSchedule` decides *when*; the base does *what*
+  (the best warm-up model, re-initialisation, optimizer resets);
+* networks and optimization (:mod:`~noisylabels.methods.core.staged`): one optimizer per
+  network; :meth:`~NoisyLabelMethod.add_network` gives a method further networks, validated and
+  tested beside network 0 (the one model selection and the clean test accuracy use); several
+  optimizers all step once per batch (manual optimization);
+* speed: :class:`~noisylabels.methods.core.acceleration.Acceleration` (compile, CUDA graphs,
+  channels-last).
+
+A method reads its data's facts (true T, noise rate, evaluation batches) through
+:meth:`~NoisyLabelMethod.data_facts`. A method is not a run: what a run records is attached by
+:mod:`noisylabels.run`. Methods with a transition matrix also override
+:meth:`~NoisyLabelMethod.noisy_posterior` (``q = p @ T``, ``T`` row-stochastic:
+``T[i, j] = P(noisy = j | clean = i)``) and :meth:`~NoisyLabelMethod.transition`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from noisylabels.errors import InputError
+from noisylabels.methods.core import optim
+from noisylabels.methods.core.acceleration import Acceleration
+from noisylabels.methods.core.evaluation import split_logits
+from noisylabels.methods.core.staged import StagedModule
+from noisylabels.methods.core.stages import StageSchedule
+from noisylabels.methods.core.step import EpochStatistics, StepOutput
+from noisylabels.methods.core.vrnl import SCOPES
+from noisylabels.models import build_backbone
+from noisylabels.noise import DataFacts, data_facts_of, estimation_error
+
+
+class NoisyLabelMethod(StagedModule):
+    """Base of all methods; trains on the VRNL objective of the method's per-sample losses.
+
+    Args:
+        backbone: network name (``lenet5``, ``mlp``, ``resnet18``, ``resnet32``, ``resnet34``,
+            ``resnet50``).
+        num_classes: number of classes (linked from the data module by the CLI).
+        input_shape: ``(C, H, W)`` of the images (linked from the data module by the CLI).
+        alpha: VRNL coefficient: ``> 0`` increases the loss variance, ``0`` is the base method,
+            ``< 0`` penalizes the variance.
+        variance_scope: ``global`` (variance over the batch of all DDP processes) or ``local``.
+        optimizer: ``sgd`` (with ``momentum``) or ``adam``.
+        lr, momentum, weight_decay: optimizer settings (paper: SGD 0.01, 0.9, 1e-4).
+        milestones, lr_gamma: MultiStepLR epochs and factor (paper: 30, 60 and 0.1).
+        milestones_from: ``main``: milestones count from the first epoch of the method's own
+            stage, after any warm-up; ``start``: from epoch 0.
+        warmup_epochs: epochs of plain cross-entropy (VRNL off) before the method's own
+            objective, for methods with a warm-up stage.
+        warmup_model: which warm-up model the estimation point (T̂) sees: ``last`` epoch's or
+            ``best`` (highest noisy-validation accuracy, i.e. early stopping: T-Revision, Dual-T).
+        main_stage_init: what the method's own stage starts from: ``continue`` (the last warm-up
+            network and its optimizer state; the VRNL paper's Reweight), ``reinit`` (a newly
+            initialised network, fresh optimizer state; Patrini's Forward, Dual-T) or
+            ``restart`` (the estimation model, fresh optimizer state; T-Revision).
+        warmup_momentum: SGD momentum during the warm-up (T-Revision and Dual-T: 0); ``None``
+            keeps ``momentum``. The three warm-up options act only in runs with a warm-up.
+        pretrained: start from ImageNet weights (``resnet50`` only; from torchvision's local
+            cache or ``weights_path``).
+        weights_path: a state-dict file of pretrained backbone weights.
+        backbone_kwargs: extra arguments of the backbone factory (e.g. ``hidden`` of ``mlp``).
+        weight_warning: warn when more than this fraction of an epoch's samples get a
+            non-positive VRNL weight ``1 + 2 alpha (mean(l) - l_i)``.
+        channels_last: run convolutional backbones in channels-last memory format; ``auto``:
+            on CUDA (where it pays with mixed precision), not on the CPU.
+        compile: ``torch.compile`` the networks, the per-sample loss and the VRNL arithmetic
+            for training and evaluation (see :mod:`noisylabels.methods.core.acceleration`):
+            ``auto`` (on CUDA with CUDA graphs, mode ``reduce-overhead``; not on the CPU,
+            where it does not pay), ``true`` (also on the CPU), ``false``, or a mode:
+            ``default``, ``reduce-overhead``, ``max-autotune``, ``max-autotune-no-cudagraphs``.
+        compile_backend: ``torch.compile`` backend (``inductor``; ``aot_eager`` compiles in
+            seconds without generating code, for checking a method under compilation).
+    """
+
+    abstract = True  # a base of methods, not one itself (see methods.core.registry)
+
+    def __init__(
+        self,
+        backbone: str = "lenet5",
+        num_classes: int = 10,
+        input_shape: Sequence[int] = (1, 28, 28),
+        alpha: float = 0.0,
+        variance_scope: str = "global",
+        optimizer: str = "sgd",
+        lr: float = 0.01,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        milestones: Sequence[int] = (30, 60),
+        lr_gamma: float = 0.1,
+        milestones_from: str = "main",
+        warmup_epochs: int = 0,
+        warmup_model: str = "last",
+        main_stage_init: str = "continue",
+        warmup_momentum: float | None = None,
+        pretrained: bool = False,
+        weights_path: str | None = None,
+        backbone_kwargs: dict[str, Any] | None = None,
+        weight_warning: float = 0.05,
+        channels_last: bool | str = "auto",
+        compile: bool | str = "auto",
+        compile_backend: str = "inductor",
+    ) -> None:
+        super().__init__()
+        if variance_scope not in SCOPES:
+            raise InputError(
+                f"--model.variance_scope must be one of {SCOPES}, got {variance_scope!r}"
+            )
+        if optimizer not in optim.OPTIMIZERS:
+            raise InputError(
+                f"--model.optimizer must be one of {optim.OPTIMIZERS}, got {optimizer!r}"
+            )
+        if lr <= 0:
+            raise InputError(f"--model.lr must be positive, got {lr}")
+        self.schedule = StageSchedule(
+            warmup_epochs=int(warmup_epochs),
+            warmup_model=warmup_model,
+            main_stage_init=main_stage_init,
+            warmup_momentum=warmup_momentum,
+            momentum=momentum,
+            milestones=tuple(int(m) for m in milestones),
+            milestones_from=milestones_from,
+        )
+        if warmup_momentum is not None and optimizer != "sgd":
+            raise InputError(
+                f"--model.warmup_momentum is SGD's momentum; optimizer {optimizer!r} has none "
+                "(set --model.warmup_momentum null)"
+            )
+        self.save_hyperparameters()
+        self.num_classes = num_classes
+        self.alpha = float(alpha)
+        self.variance_scope = variance_scope
+        self.speed = Acceleration(compile, compile_backend, channels_last)
+        self.stage_loss_fn = self.stage_loss
+        self.net = self.build_network()
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
+        self.val_loss = MeanMetric()
+        self.init_stage_state()
+        # epoch statistics live outside the module's buffers: DDP broadcasts buffers from
+        # rank 0 before every training forward, which would overwrite the other processes' sums
+        self.epoch_stats = EpochStatistics()
+        self._steps: list[StepOutput] = []
+
+    def build_network(self) -> nn.Module:
+        """A new backbone as the options describe, in the run's memory format (also used to
+        add further networks and for fresh weights; ``add_network`` compiles what it adds)."""
+        hp = self.hparams
+        kwargs = dict(hp.backbone_kwargs or {})
+        if hp.pretrained or hp.weights_path:
+            if hp.backbone != "resnet50":
+                raise InputError(
+                    f"pretrained weights are available for resnet50 only, not {hp.backbone!r}; "
+                    "set --model.pretrained false"
+                )
+            kwargs.update(pretrained=True, weights_path=hp.weights_path)
+        net = build_backbone(hp.backbone, self.num_classes, tuple(hp.input_shape), **kwargs)
+        return self.speed.layout(net)
+
+    # ---------------------------------------------------------------- what a method defines
+    def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        """The method's loss of each sample against its (noisy) label, shape ``(B,)``."""
+        raise NotImplementedError
+
+    def noisy_posterior(self, probs: Tensor, index: Tensor | None = None) -> Tensor:
+        """Map clean posteriors ``p`` (rows) to noisy-label posteriors (``p`` itself by default).
+        ``index``: the samples' dataset indices, for methods whose T depends on the sample."""
+        return probs
+
+    def transition(self) -> Tensor | None:
+        """The method's current estimate of T (row-stochastic), or ``None``."""
+        return None
+
+    @property
+    def base_method_name(self) -> str:
+        """The method's name without VRNL: its class name unless a variant says more."""
+        return type(self).__name__
+
+    @property
+    def method_name(self) -> str:
+        """Display name (``results.json``'s ``method``), with ``-VRNL`` where ``alpha`` is
+        non-zero."""
+        base = self.base_method_name
+        return f"{base}-VRNL" if self.alpha != 0 else base
+
+    # ---------------------------------------------------------------- data and T̂
+    def data_facts(self) -> DataFacts | None:
+        """What this method may know of the run's data (``None`` outside a run, or with a data
+        module that is not a noisylabels one)."""
+        trainer = self._trainer
+        return None if trainer is None else data_facts_of(trainer.datamodule)
+
+    def transition_estimate(self) -> Tensor | None:
+        """The current T̂ (detached, float, CPU), or ``None`` if the method has none (yet)."""
+        T = self.transition()
+        return None if T is None else T.detach().float().cpu()
+
+    def t_estimation_error(self, T_hat: Tensor | None = None) -> float | None:
+        """ε_T = ‖T − T̂‖₁,₁ / ‖T‖₁,₁ between the data's true T and ``T_hat`` (default: the
+        current T̂), or ``None`` where either is unknown. The one place ε_T is computed."""
+        facts = self.data_facts()
+        T_hat = self.transition_estimate() if T_hat is None else T_hat.detach().float().cpu()
+        if facts is None or facts.transition is None or T_hat is None:
+            return None
+        return estimation_error(facts.transition.detach().float().cpu(), T_hat)
+
+    # ---------------------------------------------------------------- the objective
+    def vrnl(
+        self,
+        losses: Tensor,
+        logits: Tensor,
+        batch: dict[str, Tensor],
+        *,
+        used: Tensor | None = None,
+        variance_losses: Tensor | None = None,
+        extra: Tensor | None = None,
+        network: int = 0,
+    ) -> Tensor:
+        """VRNL objective ``mean(l) - alpha * Var(l)`` (+ ``extra``) over the per-sample
+        ``losses`` of the samples ``used`` (a boolean mask; all by default), recorded as this
+        step's :class:`StepOutput` of ``network``. ``alpha`` is 0 during a warm-up.
+
+        ``variance_losses``: the same losses through another graph, when the variance term must
+        reach only some parameters (see :func:`~noisylabels.methods.core.vrnl.vrnl_objective`).
+        """
+        alpha = 0.0 if self.in_warmup else self.alpha
+        out = self.speed.vrnl_fn(losses, alpha, self.variance_scope, variance_losses, used)
+        objective = out.objective if extra is None else out.objective + extra
+        keep = self.speed.keep  # the record outlives the step (CUDA graphs reuse outputs)
+        step = StepOutput(
+            index=batch["index"],
+            labels=batch["label"],
+            logits=keep(logits.detach()),
+            losses=keep(losses.detach()),
+            weights=keep(out.weights),
+            used=keep(used),
+            objective=keep(objective.detach()),
+            mean=keep(out.mean),
+            variance=keep(out.variance),
+            network=network,
+        )
+        self._steps.append(step)
+        self.epoch_stats.add(step)
+        return objective
+
+    def training_objective(self, batch: dict[str, Tensor]) -> Tensor:
+        """The objective of one training batch (with gradient): the VRNL objective of the
+        current stage's per-sample losses. Methods with several networks or a sample selection
+        override this and call :meth:`vrnl` once per network."""
+        logits = self(batch["image"])
+        return self.vrnl(self.stage_loss_fn(logits, batch), logits, batch)
+
+    # ---------------------------------------------------------------- speed
+    def compile_network(self, net: nn.Module) -> nn.Module:
+        return self.speed.compile_network(net)
+
+    def network_input(self, images: Tensor) -> Tensor:
+        return self.speed.network_input(images)
+
+    @property
+    def compile_mode(self) -> str | None:
+        """The resolved compile mode (``None``: eager)."""
+        return self.speed.mode
+
+    @property
+    def channels_last_active(self) -> bool:
+        """Whether the networks run channels-last."""
+        return self.speed.channels_last
+
+    def resolve_acceleration(self, device: torch.device, world_size: int = 1) -> None:
+        """Resolve the speed options for ``device`` and compile what they ask (once)."""
+        collective = world_size > 1 and self.variance_scope == "global"
+        self.stage_loss_fn = self.speed.resolve(
+            device, self.networks, self.stage_loss, collective, type(self).__name__
+        )
+
+    # ---------------------------------------------------------------- Lightning
+    def forward(self, images: Tensor) -> Tensor:
+        return self.net(self.speed.network_input(images))
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Any]:
+        """Compute :meth:`training_objective` (and, under manual optimization, step every
+        optimizer); return ``{"loss", "steps"}`` with this batch's :class:`StepOutput` records."""
+        self._steps = []
+        loss = self.training_objective(batch)
+        if not self.automatic_optimization:
+            optim.manual_step(self, loss)
+        return {"loss": loss, "steps": self._steps}
+
+    def setup(self, stage: str) -> None:
+        strategy = getattr(self.trainer, "strategy", None)  # none: the module's own device
+        device = self.device if strategy is None else strategy.root_device
+        self.resolve_acceleration(device, getattr(self.trainer, "world_size", 1))
+        if stage == "fit":
+            self.check_stages_fit()
+
+    def on_train_start(self) -> None:
+        self.maybe_start_main_stage()
+
+    def on_train_epoch_start(self) -> None:
+        self.epoch_stats.reset()
+        self.maybe_start_main_stage()
+
+    def on_train_epoch_end(self) -> None:
+        by_network = self.epoch_stats.compute(
+            lambda t: self.trainer.strategy.reduce(t, reduce_op="sum")
+        )
+        for network, metrics in by_network.items():
+            prefix = "train/" if network == 0 else f"train/net{network}/"
+            acc = metrics.pop("acc")
+            self.log_dict({prefix + k: v for k, v in metrics.items()})
+            self.log(prefix + "acc", acc, prog_bar=network == 0)
+        frac = by_network.get(0, {}).get("nonpositive_weight_frac", 0.0)
+        if frac > self.hparams.weight_warning and self.alpha != 0:
+            warnings.warn(
+                f"alpha={self.alpha}: {frac:.1%} of this epoch's samples got a non-positive VRNL "
+                f"weight 1 + 2*alpha*(mean(l) - l_i); lower |alpha| so every weight stays positive",
+                stacklevel=1,
+            )
+        if not self.automatic_optimization:
+            optim.step_schedulers(self)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self.speed.begin_step()
+
+    def on_validation_batch_start(
+        self, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self.speed.begin_step()
+
+    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.speed.begin_step()
+
+    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.speed.begin_step()
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        """Validation: the stage's loss, and the accuracy of ``noisy_posterior(p)`` against
+        noisy labels (of ``p`` itself in a warm-up, or where the data module validates on clean
+        labels): the accuracy of every network, the loss of network 0."""
+        facts = self.data_facts()
+        noisy = not (self.in_warmup or (facts is not None and facts.clean_validation))
+        for k, accuracy in enumerate(self._accuracies("val")):
+            logits = self.network_logits(batch["image"], k)
+            if k == 0:
+                self.val_loss.update(self.stage_loss_fn(logits, batch))
+            probs = F.softmax(logits.float(), dim=1)
+            if noisy:
+                probs = self.noisy_posterior(probs, batch.get("index"))
+            accuracy.update(probs.argmax(1), batch["label"])
+
+    def on_validation_epoch_end(self) -> None:
+        self.record_warmup_score(self.val_acc.compute())
+        self.log("val/loss", self.val_loss.compute())
+        self.val_loss.reset()
+        self._log_accuracies("val", prog_bar=True)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        """Clean test: accuracy of each network's clean posterior ``p`` against the clean
+        labels (``test/acc``: network 0)."""
+        for k, accuracy in enumerate(self._accuracies("test")):
+            accuracy.update(self.network_logits(batch["image"], k).argmax(1), batch["label"])
+
+    def on_test_epoch_end(self) -> None:
+        self._log_accuracies("test")
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        return F.softmax(self(batch["image"]).float(), dim=1)
+
+    def training_split_logits(
+        self,
+        limit: int | float | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        split: str = "train",
+    ) -> Iterator[tuple[dict[str, Tensor], Tensor]]:
+        """``(batch, logits)`` of network 0 over the training split (see
+        :func:`~noisylabels.methods.core.evaluation.split_logits`)."""
+        return split_logits(self, self.data_facts(), limit, rank, world_size, split)

@@ -1,0 +1,44 @@
+"""The model over the training split without augmentation: what T estimation and exact training
+statistics run on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from noisylabels.errors import InputError
+from noisylabels.noise import DataFacts
+
+
+@torch.no_grad()
+def split_logits(
+    method: L.LightningModule,
+    facts: DataFacts | None,
+    limit: int | float | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    split: str = "train",
+) -> Iterator[tuple[dict[str, Tensor], Tensor]]:
+    """``(batch, logits)`` of ``method``'s forward over the training split of ``facts`` in
+    order, without augmentation, with the model in eval mode (restored afterwards), inside the
+    trainer's precision context. ``limit``/``rank``/``world_size``/``split`` (``val``: the
+    noisy validation split) as in :data:`~noisylabels.noise.facts.EvalBatches`."""
+    if facts is None:
+        raise InputError(
+            f"{type(method).__name__} needs a noisylabels data module (one with data_facts) to "
+            "run the model over the training split"
+        )
+    modes = {m: m.training for m in method.modules()}
+    method.eval()
+    try:
+        for batch in facts.eval_batches(method.device, limit, rank, world_size, split):
+            method.speed.begin_step()
+            with method.trainer.precision_plugin.forward_context():
+                logits = method(batch["image"])
+            yield batch, method.speed.keep(logits)
+    finally:
+        for module, mode in modes.items():
+            module.train(mode)

@@ -1,0 +1,296 @@
+"""A LightningModule of one or more networks trained in stages: the networks, and what happens
+when the method's own stage begins.
+
+:class:`StagedModule` is the base of :class:`~noisylabels.methods.core.base.NoisyLabelMethod`.
+Network 0 is ``self.net``; :meth:`StagedModule.add_network` adds network 1, 2, ... (Co-teaching,
+MentorNet, Decoupling), each with its own optimizer and accuracies. Its
+:class:`~noisylabels.methods.core.stages.StageSchedule` (``self.schedule``) decides *when* a stage
+begins and with which settings; this class does *what* a stage change needs: keep the best warm-up
+model (``warmup_model: best``), run the estimation point (:meth:`StagedModule.on_main_stage_start`)
+on the model the schedule names, re-initialise the networks or restart them from the estimation
+model (``main_stage_init``), reset the optimizers and set the stage's momentum. The stage is a
+checkpointed buffer, so a resumed run never repeats the estimation point.
+
+A subclass provides ``self.net``, ``self.val_acc``, ``self.test_acc``,
+:meth:`StagedModule.build_network` and :attr:`StagedModule.has_warmup_stage`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from noisylabels.errors import InputError
+from noisylabels.methods.core import optim
+from noisylabels.methods.core.losses import cross_entropy
+from noisylabels.methods.core.networks import load_network_state, network_state
+from noisylabels.methods.core.stages import StageSchedule
+
+CHECKPOINT_KEY = "stage_schedule"
+
+
+class StagedModule(L.LightningModule):
+    """A LightningModule of one or more networks whose training has a warm-up stage and the
+    method's own stage."""
+
+    schedule: StageSchedule
+    net: nn.Module
+    val_acc: MulticlassAccuracy
+    test_acc: MulticlassAccuracy
+    #: the name the clean test accuracy is logged under (``run.fit_and_test`` tests the
+    #: last-epoch model as ``test/acc_last`` before the selected checkpoint as ``test/acc``)
+    test_metric: str = "test/acc"
+
+    # ---------------------------------------------------------------- what a subclass gives
+    def build_network(self) -> nn.Module:
+        """A newly initialised network (network 0, those of :meth:`add_network`, and
+        ``main_stage_init: reinit``)."""
+        raise NotImplementedError
+
+    def compile_network(self, net: nn.Module) -> nn.Module:
+        """``net`` laid out (and compiled) as the run's speed settings say."""
+        return net
+
+    def network_input(self, images: Tensor) -> Tensor:
+        """``images`` in the memory format the networks run in."""
+        return images
+
+    @property
+    def has_warmup_stage(self) -> bool:
+        """Whether this run starts with a plain-CE warm-up stage (``warmup_epochs > 0``)."""
+        return int(self.schedule.warmup_epochs) > 0
+
+    def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        """The method's own per-sample loss."""
+        raise NotImplementedError
+
+    def on_main_stage_start(self) -> None:
+        """Called once when the method's own stage begins after a warm-up (the estimation
+        point, e.g. of T̂); the model is the warm-up model ``warmup_model`` names."""
+
+    # ---------------------------------------------------------------- networks
+    def add_network(self) -> nn.Module:
+        """Add network ``k = len(self.networks)``: a new :meth:`build_network` that the method
+        trains beside ``self.net`` (network 0), with its own optimizer and accuracies (logged
+        as ``val/net{k}/acc``, ``test/net{k}/acc``). The method then optimizes manually; as
+        the networks share no parameter, its objective may be the sum of theirs."""
+        net = self.compile_network(self.build_network())
+        self.peers.append(net)
+        metrics = {
+            stage: MulticlassAccuracy(self.num_classes, average="micro", validate_args=False)
+            for stage in ("val", "test")
+        }
+        self.peer_metrics.append(nn.ModuleDict(metrics))
+        self.automatic_optimization = False  # one optimizer per network
+        return net
+
+    @property
+    def networks(self) -> list[nn.Module]:
+        """The method's networks: ``self.net`` (network 0), then those of :meth:`add_network`."""
+        return [self.net, *self.peers]
+
+    def network_logits(self, images: Tensor, network: int = 0) -> Tensor:
+        """Logits of network ``network`` (0: :meth:`forward`)."""
+        if network == 0:
+            return self(images)
+        return self.peers[network - 1](self.network_input(images))
+
+    def _accuracies(self, stage: str) -> list[MulticlassAccuracy]:
+        first = self.val_acc if stage == "val" else self.test_acc
+        return [first, *(metrics[stage] for metrics in self.peer_metrics)]
+
+    def _log_accuracies(self, stage: str, prog_bar: bool = False) -> None:
+        first = self.test_metric if stage == "test" else f"{stage}/acc"
+        for k, accuracy in enumerate(self._accuracies(stage)):
+            name = first if k == 0 else first.replace(f"{stage}/", f"{stage}/net{k}/", 1)
+            self.log(name, accuracy.compute(), prog_bar=prog_bar and k == 0)
+            accuracy.reset()
+
+    # ---------------------------------------------------------------- optimization
+    def make_optimizer(self, params: Any, name: str, lr: float, weight_decay: float) -> Any:
+        """``sgd`` (with the current stage's momentum) or ``adam`` over ``params``."""
+        return optim.make_optimizer(params, name, lr, weight_decay, self.stage_momentum())
+
+    def make_scheduler(self, optimizer: Any) -> Any:
+        """MultiStepLR at the stage's milestones (shared by every optimizer of a method)."""
+        return optim.multistep(optimizer, self.stage_milestones(), self.hparams.lr_gamma)
+
+    def configure_optimizers(self) -> Any:
+        """One optimizer (with its LR schedule) per network; several networks train by manual
+        optimization, every optimizer stepping once per batch."""
+        hp = self.hparams
+        optimizers = [
+            self.make_optimizer(net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
+            for net in self.networks
+        ]
+        schedulers = [self.make_scheduler(opt) for opt in optimizers]
+        if len(optimizers) == 1:
+            return {"optimizer": optimizers[0], "lr_scheduler": schedulers[0]}
+        return optimizers, schedulers
+
+    # ---------------------------------------------------------------- state
+    def init_stage_state(self) -> None:
+        """Register the checkpointed stage flag (call in ``__init__`` once ``schedule`` is
+        set)."""
+        self.peers = nn.ModuleList()  # networks 1, 2, ... of add_network
+        self.peer_metrics = nn.ModuleList()
+        self.register_buffer("main_started", torch.tensor(False))
+        self._main_started = False
+        # warmup_model: best: {"epoch", "score", "state"} of the best warm-up epoch so far
+        self._warmup_best: dict[str, Any] | None = None
+        self.estimation_epoch: int | None = None
+        self.register_load_state_dict_post_hook(_sync_stage_flag)
+
+    @property
+    def in_warmup(self) -> bool:
+        """``True`` while the run is in its warm-up stage: plain cross-entropy, VRNL off, and
+        checkpoint selection skips these epochs."""
+        return self.has_warmup_stage and not self._main_started
+
+    def warmup_length(self) -> int:
+        """Warm-up epochs of this run (0 without a warm-up stage, and under ``fast_dev_run`` so
+        that every stage runs)."""
+        trainer = self._trainer
+        fast = trainer is not None and bool(trainer.fast_dev_run)
+        return self.schedule.warmup_length(self.has_warmup_stage, fast)
+
+    def stage_momentum(self) -> float:
+        """The SGD momentum of the current stage (``warmup_momentum`` in a warm-up, if set)."""
+        return self.schedule.momentum_of(self.in_warmup)
+
+    def stage_milestones(self) -> list[int]:
+        """The LR milestones as absolute epochs (shifted by the warm-up where they count from
+        the method's own stage)."""
+        return self.schedule.absolute_milestones(self.warmup_length())
+
+    def stage_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        """Per-sample loss of the current stage: cross-entropy in the warm-up, then the
+        method's ``per_sample_loss``."""
+        if self.in_warmup:
+            return cross_entropy(logits, batch["label"])
+        return self.per_sample_loss(logits, batch)
+
+    # ---------------------------------------------------------------- the best warm-up model
+    def record_warmup_score(self, score: float | Tensor) -> None:
+        """At the end of a warm-up validation epoch: with ``warmup_model: best``, keep a copy of
+        the model if its noisy-validation accuracy ``score`` is the best of the warm-up so far
+        (the earliest epoch wins a tie). A tensor ``score`` is read to the host only then."""
+        trainer = self._trainer
+        if not self.in_warmup or not self.schedule.keeps_best_warmup:
+            return
+        if trainer is not None and trainer.sanity_checking:
+            return
+        score = float(score)
+        best = self._warmup_best
+        if best is None or score > best["score"]:
+            state = self.network_state(device="cpu")
+            self._warmup_best = {"epoch": self.current_epoch, "score": score, "state": state}
+
+    def network_state(self, device: str | torch.device | None = None) -> dict[str, Any]:
+        """A copy of the networks' weights and buffers by name."""
+        return network_state(self.networks, device)
+
+    def load_network_state(self, state: Mapping[str, Any]) -> None:
+        """Load :meth:`network_state` output into the networks, in place."""
+        load_network_state(self.networks, state)
+
+    # ---------------------------------------------------------------- the stage change
+    def maybe_start_main_stage(self) -> None:
+        """Begin the method's own stage if the warm-up is over (at a training epoch's start)."""
+        if self.in_warmup and self.schedule.main_starts(self.current_epoch, self.warmup_length()):
+            self.start_main_stage()
+
+    def start_main_stage(self) -> None:
+        """Begin the method's own stage now: the estimation point on the warm-up model that
+        ``warmup_model`` names, then the network and optimizer state that ``main_stage_init``
+        names, with the main stage's momentum."""
+        init = self.schedule.main_stage_init
+        best, last = self._warmup_best, None
+        self.estimation_epoch = self.current_epoch - 1 if self.warmup_length() > 0 else None
+        if best is not None:
+            if init == "continue":
+                last = self.network_state()
+            self.load_network_state(best["state"])
+            self.estimation_epoch = best["epoch"]
+            rank_zero_info(
+                f"{type(self).__name__}: the warm-up model of epoch {best['epoch']} "
+                f"(best noisy-validation accuracy, {best['score']:.4f}) is the estimation model"
+            )
+        elif self.schedule.keeps_best_warmup and self.warmup_length() > 0:
+            warnings.warn(
+                "warmup_model: best, but no warm-up epoch was validated; the last warm-up epoch's "
+                "model is used (validate every epoch: --trainer.check_val_every_n_epoch 1)",
+                stacklevel=2,
+            )
+        self.on_main_stage_start()
+        if last is not None:
+            self.load_network_state(last)
+        if init == "reinit":
+            self.reinit_networks()
+        optimizers = self._torch_optimizers()
+        if init != "continue":
+            optim.reset_state(optimizers)
+        optim.set_momentum(optimizers, self.schedule.momentum)
+        self._warmup_best = None
+        self.main_started.fill_(True)
+        self._main_started = True
+
+    def reinit_networks(self) -> None:
+        """Give the networks newly initialised weights (:meth:`build_network`), in place (the
+        optimizers keep their parameters) and identical on every process."""
+        fresh = {
+            f"net{k}" if k else "net": self.build_network().state_dict()
+            for k in range(len(self.networks))
+        }
+        trainer = self._trainer
+        if trainer is not None:
+            fresh = trainer.strategy.broadcast(fresh, src=0)
+        self.load_network_state(fresh)
+
+    def _torch_optimizers(self) -> list[Any]:
+        trainer = self._trainer
+        return list(trainer.optimizers) if trainer is not None else []
+
+    def check_stages_fit(self) -> None:
+        """Refuse a warm-up that leaves no epoch of the method's own stage."""
+        trainer = self._trainer
+        if not self.in_warmup or trainer is None or trainer.fast_dev_run:
+            return
+        warmup, max_epochs = self.warmup_length(), trainer.max_epochs
+        if self.schedule.leaves_no_main_epoch(warmup, max_epochs):
+            raise InputError(
+                f"warmup_epochs={warmup} leaves no epoch of the method's own stage with "
+                f"max_epochs={max_epochs}; lower --model.warmup_epochs or raise "
+                "--trainer.max_epochs"
+            )
+
+    # ---------------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # the best warm-up model so far (a run resumed in its warm-up still estimates from it)
+        # and the epoch T̂ was estimated from
+        checkpoint[CHECKPOINT_KEY] = {
+            "warmup_best": self._warmup_best,
+            "estimation_epoch": self.estimation_epoch,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # checkpoints written before the stage schedule was shared kept the flag as ``t_ready``
+        state = checkpoint.get("state_dict")
+        if state is not None and "main_started" not in state:
+            state["main_started"] = state.pop("t_ready", torch.tensor(False))
+        saved = checkpoint.get(CHECKPOINT_KEY)
+        if isinstance(saved, Mapping):
+            self._warmup_best = saved.get("warmup_best")
+            self.estimation_epoch = saved.get("estimation_epoch")
+
+
+def _sync_stage_flag(module: nn.Module, incompatible_keys: Any) -> None:
+    """After ``load_state_dict``: mirror the loaded ``main_started`` buffer in the Python flag."""
+    module._main_started = bool(module.main_started)

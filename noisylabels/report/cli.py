@@ -1,0 +1,113 @@
+"""``noisylabels report RUNS_DIR``: tables of test accuracy over seeds from finished runs
+(:mod:`noisylabels.report`), rendered by :mod:`noisylabels.report.render`.
+
+Examples::
+
+    noisylabels report runs/table1_mnist --paired --paper
+    noisylabels report runs/table1_mnist --metric last --format latex --out table1.tex
+    noisylabels report runs/fig1_mnist --rows method,alpha --cols noise
+    noisylabels report runs/bias --kind bias --out fig3.png
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from noisylabels.errors import InputError
+from noisylabels.report.collect import METRICS, PAPER_FILE, collect, group, load_paper
+
+
+def build_parser() -> Any:
+    """Arguments of ``noisylabels report``."""
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="noisylabels report",
+        description="Tables of test accuracy (mean ± std over seeds) from the results.json files "
+        "under RUNS_DIR; with --paired, VRNL against its base method seed by seed.",
+    )
+    p.add_argument(
+        "runs_dir", type=Path, metavar="RUNS_DIR", help="folder searched for results.json files"
+    )
+    p.add_argument(
+        "--format",
+        choices=("markdown", "latex", "csv"),
+        default="markdown",
+        help="markdown (default), latex (booktabs tabular) or csv (one line per cell)",
+    )
+    p.add_argument(
+        "--rows", default="method", help="comma-separated fields of the rows (default: method)"
+    )
+    p.add_argument(
+        "--cols", default="dataset,noise", help="fields of the columns (default: dataset,noise)"
+    )
+    p.add_argument(
+        "--metric",
+        choices=tuple(METRICS),
+        default="best",
+        help="best: the selected checkpoint's test accuracy; last: the last epoch's",
+    )
+    p.add_argument("--paired", action="store_true", help="add VRNL − base per seed, CI, p-value")
+    p.add_argument("--paper", action="store_true", help="the paper's published numbers beside ours")
+    p.add_argument(
+        "--kind", choices=("table", "bias"), default="table", help="bias: accuracy vs ε_T (PNG)"
+    )
+    p.add_argument("--out", type=Path, help="write here (required for --kind bias: a .png)")
+    p.add_argument("--title", help="table or figure title (default: RUNS_DIR and the metric)")
+    return p
+
+
+def report(args: Any) -> str:
+    """The report the parsed ``args`` describe, as text (the bias figure: its path)."""
+    from noisylabels.report import render
+
+    records = collect(args.runs_dir)
+    metric_name = {"best": "selected checkpoint", "last": "last epoch"}[args.metric]
+    title = args.title or f"{args.runs_dir}: test accuracy of the {metric_name}"
+    if args.kind == "bias":
+        if args.out is None or args.out.suffix.lower() != ".png":
+            raise InputError("--kind bias draws a PNG: give --out FILE.png")
+        return f"wrote {render.bias_figure(records, args.metric, args.out, title)}"
+    rows = [f for f in args.rows.split(",") if f]
+    cols = [f for f in args.cols.split(",") if f]
+    if not rows or set(rows) & set(cols):
+        raise InputError("--rows needs a field, and no field may be in both --rows and --cols")
+    if args.paired and "method" not in rows:
+        raise InputError("--paired pairs the rows X-VRNL and X: put method among --rows")
+    grouped = group(records, rows, cols, args.metric)
+    if not grouped.row_keys:
+        raise InputError(f"no run under {args.runs_dir} has the {metric_name} test accuracy")
+    paper = load_paper() if args.paper else None
+    if args.format == "csv":
+        parts = [render.to_csv(grouped, args.paired, paper)]
+    else:
+        emit = render.to_markdown if args.format == "markdown" else render.to_latex
+        tables = [render.main_table(grouped, paper, title)]
+        if args.paired:
+            tables.append(render.paired_table(grouped, paper, f"VRNL − base, {metric_name}"))
+        parts = [emit(t) for t in tables]
+        if grouped.missing:
+            parts.append(
+                f"({grouped.missing} run(s) without the {metric_name} test accuracy left out)\n"
+            )
+        if paper is not None:
+            parts.append(f"(paper: {PAPER_FILE.name}, the VRNL paper's Tables 1 and 2)\n")
+    text = "\n".join(parts)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+        return f"wrote {args.out}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> str:
+    """Entry point of ``noisylabels report``; prints and returns the report."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        text = report(args)
+    except (InputError, FileNotFoundError, ValueError) as err:
+        parser.error(str(err))
+    print(text, end="" if text.endswith("\n") else "\n")
+    return text

@@ -1,0 +1,324 @@
+"""Rendering of ``noisylabels report``: tables as Markdown, LaTeX or CSV, and the bias figure.
+
+Accuracies are in %, a cell reads ``mean ± std (n)`` with ``n`` the number of seeds, and the
+best mean of each column is bold. Paired cells read ``+Δ [low, high] p=… (n)``: VRNL minus its
+base method in percentage points, the 95 % confidence interval and the paired t-test's p-value.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from noisylabels.report.collect import (
+    VRNL_SUFFIX,
+    Cell,
+    Grouped,
+    Paired,
+    Record,
+    base_method,
+    method_key,
+    paired_difference,
+    sort_key,
+)
+
+DASH = "—"
+
+
+@dataclass
+class Table:
+    """A rendered table: header, text cells and which cells are bold."""
+
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    bold: set[tuple[int, int]] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+
+
+def fmt_cell(cell: Cell | None) -> str:
+    if cell is None:
+        return DASH
+    std = "" if cell.std is None else f" ± {cell.std:.2f}"
+    return f"{cell.mean:.2f}{std} ({cell.n})"
+
+
+def fmt_paper(value: tuple[float, float | None] | None) -> str:
+    if value is None:
+        return DASH
+    mean, std = value
+    return f"{mean:.2f}" + ("" if std is None else f" ± {std:.2f}")
+
+
+def fmt_paired(paired: Paired | None) -> str:
+    if paired is None:
+        return DASH
+    text = f"{paired.mean:+.2f}"
+    if paired.low is not None and paired.high is not None:
+        text += f" [{paired.low:+.2f}, {paired.high:+.2f}]"
+    if paired.p is not None:
+        text += f" p={paired.p:.3f}" if paired.p >= 0.001 else " p<0.001"
+    return f"{text} ({paired.n})"
+
+
+def _label(key: tuple) -> str:
+    return " ".join(DASH if v is None else str(v) for v in key)
+
+
+def _paper_value(
+    paper: Mapping[tuple[str, str, str], tuple[float, float | None]],
+    fields: Mapping[str, Any],
+    method: str | None = None,
+) -> tuple[float, float | None] | None:
+    method = method or fields.get("method")
+    if not {"dataset", "noise"} <= set(fields) or method is None:
+        return None
+    return paper.get((str(fields["dataset"]), str(fields["noise"]), method_key(str(method))))
+
+
+def main_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
+    """Mean ± std (n) per cell, the best mean per column bold; the paper's numbers beside each
+    column where ``paper`` is given."""
+    header = list(g.rows)
+    for col in g.col_keys:
+        header += [_label(col)] + (["paper"] if paper is not None else [])
+    out = Table(title, header, [])
+    for i, row in enumerate(g.row_keys):
+        line = [DASH if v is None else str(v) for v in row]
+        for col in g.col_keys:
+            cell = g.cell(row, col)
+            if cell is not None and cell.mean == g.best(col):
+                out.bold.add((i, len(line)))
+            line.append(fmt_cell(cell))
+            if paper is not None:
+                line.append(fmt_paper(_paper_value(paper, g.fields(row, col))))
+        out.rows.append(line)
+    out.notes.append("test accuracy (%), mean ± std over seeds (n − 1), (n) seeds; bold: best")
+    return out
+
+
+def vrnl_pairs(g: Grouped) -> list[tuple[tuple, tuple]]:
+    """``(vrnl_row, base_row)`` for every row of a ``X-VRNL`` method whose ``X`` row (all other
+    row fields equal) exists; needs ``method`` among the rows."""
+    index = g.rows.index("method")
+    keys = set(g.row_keys)
+    pairs = []
+    for row in g.row_keys:
+        base = base_method(str(row[index]))
+        if base is None:
+            continue
+        base_row = row[:index] + (base,) + row[index + 1 :]
+        if base_row in keys:
+            pairs.append((row, base_row))
+    return pairs
+
+
+def pair_statistics(g: Grouped, vrnl_row: tuple, base_row: tuple, col: tuple) -> Paired | None:
+    """:func:`paired_difference` of two rows' cells in a column (``None`` if one is empty)."""
+    a, b = g.cell(vrnl_row, col), g.cell(base_row, col)
+    return paired_difference(a.values, b.values) if a and b else None
+
+
+def pair_label(g: Grouped, vrnl_row: tuple, base_row: tuple, minus: str = "−") -> list[str]:
+    """The row label of a pair: its fields, the method written ``X-VRNL − X``."""
+    index = g.rows.index("method")
+    label = [DASH if v is None else str(v) for v in vrnl_row]
+    label[index] = f"{vrnl_row[index]} {minus} {base_row[index]}"
+    return label
+
+
+def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
+    """VRNL minus base per column: mean difference, 95 % CI, paired t-test p-value, (n)
+    common seeds; the paper's difference of means beside it where ``paper`` is given."""
+    header = list(g.rows)
+    for col in g.col_keys:
+        header += [_label(col)] + (["paper Δ"] if paper is not None else [])
+    out = Table(title, header, [])
+    for vrnl_row, base_row in vrnl_pairs(g):
+        line = pair_label(g, vrnl_row, base_row)
+        for col in g.col_keys:
+            line.append(fmt_paired(pair_statistics(g, vrnl_row, base_row, col)))
+            if paper is not None:
+                fields = g.fields(vrnl_row, col)
+                ours = _paper_value(paper, fields)
+                theirs = _paper_value(paper, fields, method=str(base_row[g.rows.index("method")]))
+                line.append(
+                    DASH if ours is None or theirs is None else f"{ours[0] - theirs[0]:+.2f}"
+                )
+        out.rows.append(line)
+    out.notes.append(
+        "VRNL minus base in percentage points over the seeds both have: mean [95 % CI, t "
+        "distribution], two-sided paired t-test p-value, (n) seeds"
+    )
+    if not out.rows:
+        out.notes.insert(0, "no pairs: no X-VRNL row has its X row (with the same other fields)")
+    return out
+
+
+def to_markdown(table: Table) -> str:
+    lines = [f"**{table.title}**", "", "| " + " | ".join(table.header) + " |"]
+    lines.append("|" + "|".join("---" for _ in table.header) + "|")
+    for i, row in enumerate(table.rows):
+        cells = [f"**{c}**" if (i, j) in table.bold else c for j, c in enumerate(row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + [""] + [f"_{n}_" for n in table.notes]) + "\n"
+
+
+def latex_escape(text: str) -> str:
+    for char, repl in (
+        ("\\", r"\textbackslash{}"),
+        ("%", r"\%"),
+        ("_", r"\_"),
+        ("&", r"\&"),
+        ("#", r"\#"),
+        ("±", r"$\pm$"),
+        ("−", "$-$"),
+        ("Δ", r"$\Delta$"),
+        ("—", "--"),
+        ("<", r"$<$"),
+    ):
+        text = text.replace(char, repl)
+    return text
+
+
+def to_latex(table: Table) -> str:
+    spec = "l" * len(table.header)
+    lines = [
+        "% " + table.title,
+        f"\\begin{{tabular}}{{{spec}}}",
+        "\\toprule",
+        " & ".join(latex_escape(h) for h in table.header) + " \\\\",
+        "\\midrule",
+    ]
+    for i, row in enumerate(table.rows):
+        cells = [latex_escape(c) for c in row]
+        cells = [f"\\textbf{{{c}}}" if (i, j) in table.bold else c for j, c in enumerate(cells)]
+        lines.append(" & ".join(cells) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}"] + [f"% {latex_escape(n)}" for n in table.notes]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(g: Grouped, paired: bool, paper: Mapping | None) -> str:
+    """One line per cell (and per VRNL/base pair with ``paired``), numbers unrounded."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(
+        [
+            "kind",
+            *g.rows,
+            *g.cols,
+            "metric",
+            "n",
+            "mean",
+            "std",
+            "best",
+            "ci_low",
+            "ci_high",
+            "p_value",
+            "paper_mean",
+            "paper_std",
+        ]
+    )
+    for col in g.col_keys:
+        for row in g.row_keys:
+            cell = g.cell(row, col)
+            if cell is None:
+                continue
+            pub = _paper_value(paper, g.fields(row, col)) if paper is not None else None
+            pub = pub or ("", "")
+            writer.writerow(
+                [
+                    "cell",
+                    *row,
+                    *col,
+                    g.metric,
+                    cell.n,
+                    cell.mean,
+                    cell.std,
+                    cell.mean == g.best(col),
+                    "",
+                    "",
+                    "",
+                    pub[0],
+                    "" if pub[1] is None else pub[1],
+                ]
+            )
+        for vrnl_row, base_row in vrnl_pairs(g) if paired else []:
+            result = pair_statistics(g, vrnl_row, base_row, col)
+            if result is not None:
+                writer.writerow(
+                    [
+                        "paired",
+                        *pair_label(g, vrnl_row, base_row, "-"),
+                        *col,
+                        g.metric,
+                        result.n,
+                        result.mean,
+                        "",
+                        "",
+                        result.low,
+                        result.high,
+                        result.p,
+                        "",
+                        "",
+                    ]
+                )
+    return buffer.getvalue()
+
+
+def bias_figure(records: Sequence[Record], metric: str, out: Path, title: str) -> Path:
+    """Test accuracy against ε_T (the paper's Fig. 3): one panel per dataset and noise, one line
+    per method, a point per ``model.transition_bias`` (mean over seeds, ±1 std bars)."""
+    from matplotlib.figure import Figure
+
+    points: dict[tuple, dict[str, dict[Any, list[tuple[float, float]]]]] = {}
+    for r in records:
+        value = r.metrics.get(metric)
+        if r.eps_t is None or value is None:
+            continue
+        panel = (r.fields["dataset"], r.fields["noise"])
+        gamma = r.get("model.transition_bias")
+        by_gamma = points.setdefault(panel, {}).setdefault(r.fields["method"], {})
+        by_gamma.setdefault(gamma if gamma is not None else id(r), []).append(
+            (float(r.eps_t), 100.0 * float(value))
+        )
+    if not points:
+        raise ValueError(
+            "no run recorded both ε_T (t_estimation_error) and the test accuracy; "
+            "the bias study needs runs with a known true T"
+        )
+    fig = Figure(figsize=(4.2 * len(points), 3.4))
+    panels = sorted(points, key=lambda p: (sort_key("dataset", p[0]), sort_key("noise", p[1])))
+    for k, panel in enumerate(panels):
+        ax = fig.add_subplot(1, len(points), k + 1)
+        for method in sorted(points[panel], key=lambda m: sort_key("method", m)):
+            xs, ys, errs = [], [], []
+            for pts in points[panel][method].values():
+                eps, acc = [p[0] for p in pts], [p[1] for p in pts]
+                xs.append(sum(eps) / len(eps))
+                ys.append(sum(acc) / len(acc))
+                errs.append(Cell(dict(enumerate(acc))).std or 0.0)
+            order = sorted(range(len(xs)), key=xs.__getitem__)
+            style = "-" if method.endswith(VRNL_SUFFIX) else "--"
+            ax.errorbar(
+                [xs[i] for i in order],
+                [ys[i] for i in order],
+                yerr=[errs[i] for i in order],
+                fmt="o" + style,
+                ms=3,
+                capsize=2,
+                label=method,
+            )
+        ax.set_xlabel("ε_T of the T used")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(f"{panel[0]}, {panel[1]}")
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=150)
+    return out

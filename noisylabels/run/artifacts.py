@@ -1,0 +1,80 @@
+"""What a run writes about its noise: the exact noisy labels and T (``noise.pt``,
+``transition.csv``) at the start, the final T̂ and ε_T (``transition_estimate.csv``/``.json``) at
+the end, and :func:`run_dir`, the folder of a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+from noisylabels.data import NoisyDataModule
+from noisylabels.methods import NoisyLabelMethod
+from noisylabels.noise import save_transition
+
+ESTIMATE_FILE = "transition_estimate.csv"
+ERROR_FILE = "transition_estimate.json"
+
+
+def run_dir(trainer: L.Trainer) -> Path:
+    """The folder a run writes its logs, checkpoints and results to.
+
+    Unlike ``trainer.log_dir`` (a broadcast that every DDP process must join) this is local, so
+    rank-0-only code may call it; rank 0's answer is the run's folder.
+    """
+    loggers = trainer.loggers
+    if not loggers:
+        return Path(trainer.default_root_dir)
+    first = loggers[0]
+    path = first.log_dir if isinstance(first, (TensorBoardLogger, CSVLogger)) else first.save_dir
+    return Path(path or trainer.default_root_dir)
+
+
+class NoiseRecorder(L.Callback):
+    """Save the noisy labels, split and T of the run (rank 0, once, at setup).
+
+    ``noise.pt`` re-creates the run's labels with ``--data.noise_type file --data.noise_file
+    RUN/noise.pt``; ``transition.csv`` is the true T (row-stochastic,
+    ``T[i, j] = P(noisy = j | clean = i)``) where the noise has one, and
+    ``empirical_transition.csv`` the measured one where it has none (instance-dependent, file
+    and real noise).
+    """
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        datamodule = trainer.datamodule
+        if stage != "fit" or not isinstance(datamodule, NoisyDataModule):
+            return
+        if getattr(trainer, "fast_dev_run", False):  # a smoke test writes no run folder
+            return
+        if not trainer.is_global_zero:
+            return
+        out = run_dir(trainer)
+        out.mkdir(parents=True, exist_ok=True)
+        state = datamodule.noise_state()
+        torch.save(state, out / "noise.pt")
+        if state.get("transition") is not None:
+            save_transition(state["transition"], out / "transition.csv")
+        elif state.get("empirical_transition") is not None:
+            save_transition(state["empirical_transition"], out / "empirical_transition.csv")
+
+
+def write_transition_estimate(out: Path, model: Any) -> None:
+    """Write the method's T̂ (``transition_estimate.csv``) and ε_T (``transition_estimate.json``)
+    to ``out``; nothing for a method without a T̂."""
+    if not isinstance(model, NoisyLabelMethod):
+        return
+    T_hat = model.transition_estimate()
+    if T_hat is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    save_transition(T_hat, out / ESTIMATE_FILE)
+    summary = {
+        "method": model.method_name,
+        "epoch": model.current_epoch,
+        "t_estimation_error": model.t_estimation_error(T_hat),
+    }
+    (out / ERROR_FILE).write_text(json.dumps(summary, indent=2) + "\n")

@@ -1,0 +1,95 @@
+"""``results.json``: the summary every run writes next to its checkpoints and event files."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from noisylabels.data import NoisyDataModule
+from noisylabels.methods import NoisyLabelMethod
+from noisylabels.run.checkpoints import resume_history
+from noisylabels.run.provenance import provenance
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value.item() if isinstance(value, torch.Tensor) else value)
+    return None if math.isnan(value) else value
+
+
+def best_checkpoint(trainer: L.Trainer) -> tuple[str | None, int | None, float | None]:
+    """Path, epoch (0-based) and monitored score of the best checkpoint, where there is one."""
+    ckpt = trainer.checkpoint_callback
+    path = getattr(ckpt, "best_model_path", "") or None
+    if path is None or not Path(path).is_file():
+        return None, None, None
+    epoch = torch.load(path, map_location="cpu", weights_only=True).get("epoch")
+    return path, epoch, _number(getattr(ckpt, "best_model_score", None))
+
+
+def build_results(
+    trainer: L.Trainer,
+    model: L.LightningModule,
+    datamodule: Any,
+    *,
+    seed: int | None,
+    wall_time_s: float,
+    test_metrics: dict[str, Any] | None,
+    best_val: dict[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    resumed: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Collect the summary of a finished fit (+ test) into a JSON-ready dict. ``config``: the
+    resolved command-line configuration, hashed into ``provenance``; ``resumed``: the fit's
+    :func:`resume_history` (read from the trainer when not given)."""
+    path, epoch, score = best_checkpoint(trainer)
+    monitor = getattr(trainer.checkpoint_callback, "monitor", None)
+    val_acc = score if monitor == "val/acc" else None
+    if val_acc is None and best_val is not None:
+        val_acc = _number(best_val.get("val/acc"))
+    if val_acc is None:
+        val_acc = _number(trainer.callback_metrics.get("val/acc"))
+    test_acc = _number((test_metrics or {}).get("test/acc"))
+    test_acc_last = _number((test_metrics or {}).get("test/acc_last"))
+    hp = dict(getattr(model, "hparams", {}))
+    ours = isinstance(datamodule, NoisyDataModule)
+    return {
+        "method": getattr(model, "method_name", type(model).__name__),
+        "alpha": hp.get("alpha"),
+        "backbone": hp.get("backbone"),
+        "dataset": datamodule.name if ours else type(datamodule).__name__,
+        "noise": datamodule.noise_info() if ours else None,
+        "data": datamodule.data_info() if ours else None,
+        "seed": seed,
+        "epochs": trainer.current_epoch,
+        "best_epoch": epoch,
+        "monitor": monitor,
+        "monitor_score": score,
+        "val_acc": val_acc,
+        "test_acc": test_acc,
+        "last_epoch": trainer.current_epoch - 1 if trainer.current_epoch > 0 else None,
+        "test_acc_last": test_acc_last,
+        "estimation_epoch": getattr(model, "estimation_epoch", None),
+        "t_estimation_error": (
+            model.t_estimation_error() if isinstance(model, NoisyLabelMethod) else None
+        ),
+        "wall_time_s": wall_time_s,
+        "checkpoint": path,
+        "resumed": resume_history(trainer) if resumed is None else resumed,
+        "provenance": provenance(model, datamodule, config),
+    }
+
+
+def write_results(results: dict[str, Any], path: str | Path) -> Path:
+    """Write ``results`` as pretty JSON and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    return path

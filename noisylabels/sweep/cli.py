@@ -1,0 +1,177 @@
+"""``noisylabels sweep FILE.yaml``: expand a grid of runs (:mod:`noisylabels.sweep`) and run the
+ones not finished yet, locally or as a SLURM job array (:mod:`noisylabels.sweep.launch`).
+
+Examples::
+
+    noisylabels sweep configs/sweeps/table1_mnist.yaml --dry-run
+    noisylabels sweep configs/sweeps/table1_mnist.yaml --parallel 2 \\
+        --where method=forward,forward_vrnl --where noise=sym-0.2 -- --data.data_dir DATA
+    noisylabels sweep configs/sweeps/table1_cifar10.yaml --launcher slurm --submit \\
+        --slurm-setup 'source .venv/bin/activate' -- --data.data_dir /data
+
+Arguments after ``--`` are added to every run's ``noisylabels fit`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+from noisylabels.errors import InputError, NoisyLabelsError
+from noisylabels.run.cli import lightning_command
+from noisylabels.sweep.grid import Run, Sweep, check_classes, display_path, load_sweep
+from noisylabels.sweep.launch import SlurmOptions, run_local, threads_per_run, write_slurm
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of ``noisylabels sweep``."""
+    p = argparse.ArgumentParser(
+        prog="noisylabels sweep",
+        description="Run a grid of `noisylabels fit` runs written in a sweep file, skipping "
+        "finished runs (those with a results.json). Arguments after `--` go to every run.",
+    )
+    p.add_argument("file", type=Path, metavar="FILE.yaml", help="the sweep file")
+    p.add_argument("--root", type=Path, default=Path("runs"), help="runs go to ROOT/<name>/...")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="AXIS=V1,V2",
+        help="keep only the runs with these axis values (repeatable)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the runs and exit")
+    p.add_argument(
+        "--launcher",
+        choices=("local", "slurm"),
+        default="local",
+        help="local: processes on this machine (default); slurm: one SLURM job array",
+    )
+    local = p.add_argument_group("local launcher")
+    local.add_argument("--parallel", type=int, default=1, help="processes at a time")
+    local.add_argument(
+        "--threads", type=int, help="CPU threads per process (default: CPUs / parallel)"
+    )
+    local.add_argument(
+        "--gpus", default="", help="GPU ids for the processes, round robin, e.g. 0,1"
+    )
+    slurm = p.add_argument_group("SLURM launcher (one job array, one run per task)")
+    slurm.add_argument("--submit", action="store_true", help="submit the script with sbatch")
+    slurm.add_argument("--slurm-time", default="24:00:00", help="time limit per run")
+    slurm.add_argument("--slurm-partition", help="partition")
+    slurm.add_argument("--slurm-gpus", type=int, default=1, help="GPUs per run (0: none)")
+    slurm.add_argument("--slurm-cpus", type=int, default=8, help="CPUs per run")
+    slurm.add_argument("--slurm-mem", default="32G", help="memory per run")
+    slurm.add_argument("--slurm-max-parallel", type=int, help="array tasks running at once")
+    slurm.add_argument(
+        "--slurm-setup", help="a shell line run before each run, e.g. activating the venv"
+    )
+    slurm.add_argument(
+        "--sbatch-option",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="a further #SBATCH line, e.g. --sbatch-option=--account=proj (repeatable)",
+    )
+    return p
+
+
+def parse_where(items: Sequence[str]) -> dict[str, list[str]]:
+    """``["method=a,b", "seed=seed-0"]`` -> ``{"method": ["a", "b"], "seed": ["seed-0"]}``."""
+    where: dict[str, list[str]] = {}
+    for item in items:
+        axis, sep, values = item.partition("=")
+        if not sep or not axis or not values:
+            raise InputError(f"--where {item!r}: write AXIS=VALUE[,VALUE...]")
+        where.setdefault(axis, []).extend(v for v in values.split(",") if v)
+    return where
+
+
+def check_options(sweep: Sweep, runs: Sequence[Run], extra: Sequence[str]) -> None:
+    """Parse one run of each distinct set of configs and option names with ``noisylabels fit
+    --print_config``, so a misspelt option fails before anything runs."""
+    checked: set[tuple] = set()
+    for run in runs:
+        key = (tuple(run.configs), tuple(sorted(run.args)))
+        if key in checked:
+            continue
+        checked.add(key)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            refusal = None
+            try:
+                lightning_command([*run.fit_args(extra), "--print_config"])
+            except NoisyLabelsError as error:
+                refusal = str(error)
+            except SystemExit as exit_:
+                if exit_.code not in (0, None):
+                    lines = err.getvalue().strip().splitlines()
+                    refusal = lines[-1] if lines else f"exit status {exit_.code}"
+        if refusal is not None:
+            raise InputError(
+                f"sweep {sweep.name}: `noisylabels fit` refuses the options of run {run.name}: "
+                + refusal
+            )
+
+
+def sweep_main(args: argparse.Namespace, extra: list[str]) -> int:
+    """Run the sweep the parsed ``args`` describe; return the exit status."""
+    sweep = load_sweep(args.file, args.root, parse_where(args.where))
+    if not sweep.runs:
+        raise InputError(f"sweep {sweep.name}: --where leaves no run")
+    check_classes(sweep)
+    check_options(sweep, sweep.runs, extra)
+    pending = [r for r in sweep.runs if not r.is_done()]
+    total, done = len(sweep.runs), len(sweep.runs) - len(pending)
+    print(f"sweep {sweep.name}: {total} run(s) in {display_path(sweep.folder)}, {done} finished")
+    if args.dry_run:
+        for run in sweep.runs:
+            state = "done" if run not in pending else "to run"
+            print(f"  [{state}] {run.name}: noisylabels {' '.join(run.fit_args(extra))}")
+        return 0
+    if not pending:
+        print("nothing to run")
+        return 0
+    if args.launcher == "slurm":
+        opts = SlurmOptions(
+            time=args.slurm_time,
+            partition=args.slurm_partition,
+            gpus=args.slurm_gpus,
+            cpus=args.slurm_cpus,
+            mem=args.slurm_mem,
+            max_parallel=args.slurm_max_parallel,
+            setup=args.slurm_setup,
+            sbatch_options=args.sbatch_option,
+        )
+        write_slurm(sweep, pending, extra, opts, submit=args.submit)
+        return 0
+    gpus = [g for g in args.gpus.split(",") if g]
+    threads = args.threads or threads_per_run(args.parallel)
+    failures = run_local(sweep, pending, extra, parallel=args.parallel, threads=threads, gpus=gpus)
+    print(f"sweep {sweep.name}: {len(pending) - len(failures)} of {len(pending)} run(s) finished")
+    if failures:
+        print(f"{len(failures)} run(s) failed (rerun the sweep to retry them):")
+        for outcome in failures:
+            print(f"  {outcome.run.name}: {outcome.reason}; log: {display_path(outcome.log)}")
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``noisylabels sweep``; exits with status 1 if a run failed."""
+    argv = list(argv or [])
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = sweep_main(args, extra)
+    except (NoisyLabelsError, FileNotFoundError, ValueError) as err:
+        parser.error(str(err))
+    if code:
+        raise SystemExit(code)
+    return code

@@ -1,0 +1,394 @@
+"""Transition-matrix methods: estimated T for Forward, Reweight, VolMinNet, biased T, and the
+warm-up stage (estimation, model selection, checkpoints), through the real CLI where users reach
+them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning import Trainer
+from torch import nn
+
+from noisylabels.methods import CE, Forward, Reweight, VolMinNet
+from noisylabels.methods import transition as transition_module
+from noisylabels.noise import bias_transition, estimation_error, load_transition
+from noisylabels.run import WarmupAwareCheckpoint
+
+from conftest import CONFIGS, read_results
+
+TINY = ["--trainer.accelerator", "cpu", "--data.batch_size", "16"]
+
+
+def run_dir_of(root: Path) -> Path:
+    return next(root.rglob("results.json")).parent
+
+
+def tensorboard_tags(folder: Path) -> tuple[set[str], set[str], dict[str, int]]:
+    """(image tags, scalar tags, number of values per scalar) of all event files in ``folder``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    images: set[str] = set()
+    scalars: set[str] = set()
+    counts: dict[str, int] = {}
+    for path in folder.glob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(path), size_guidance={"images": 0, "scalars": 0})
+        acc.Reload()
+        tags = acc.Tags()
+        images |= set(tags["images"])
+        scalars |= set(tags["scalars"])
+        for tag in tags["scalars"]:
+            counts[tag] = counts.get(tag, 0) + len(acc.Scalars(tag))
+    return images, scalars, counts
+
+
+# ------------------------------------------------------------------------------- VolMinNet
+def volmin(c: int = 4, **kwargs) -> VolMinNet:
+    return VolMinNet(backbone="mlp", num_classes=c, input_shape=(1, 1, 2), **kwargs)
+
+
+def assert_diagonal_dominant_stochastic(T: torch.Tensor) -> None:
+    assert torch.allclose(T.sum(1), torch.ones(T.shape[0]), atol=1e-6)
+    assert (T >= 0).all()
+    off = T.masked_fill(torch.eye(T.shape[0], dtype=torch.bool), -1.0)
+    assert (T.diagonal() > off.max(1).values).all()
+
+
+def test_volmin_transition_at_init_and_after_steps() -> None:
+    model = volmin(c=5, kappa=2.0)
+    T = model.transition().detach()
+    off = torch.sigmoid(torch.tensor(-2.0))
+    assert torch.allclose(T.diagonal(), torch.full((5,), 1 / (1 + 4 * off)))
+    assert_diagonal_dominant_stochastic(T)
+    # push every off-diagonal entry up hard: the diagonal must stay the row maximum
+    opt = torch.optim.Adam([model.W], lr=0.5)
+    for _ in range(50):
+        opt.zero_grad()
+        (-(model.transition() * model.off_diagonal).sum()).backward()
+        opt.step()
+    T = model.transition().detach()
+    assert T.diagonal().max() < 0.3  # the steps did move T far from its start
+    assert_diagonal_dominant_stochastic(T)
+
+
+def test_volmin_logdet_term_sign_and_value() -> None:
+    model = volmin(c=4, lam=1e-4)
+    with torch.no_grad():
+        model.W.normal_(0, 1)
+    T = model.transition()
+    assert torch.allclose(model.volume_term(), 1e-4 * torch.log(torch.det(T).abs()))
+    det_before = torch.det(T).abs().item()
+    opt = torch.optim.SGD([model.W], lr=100.0)
+    for _ in range(5):
+        opt.zero_grad()
+        model.volume_term().backward()
+        opt.step()
+    assert torch.det(model.transition()).abs().item() < det_before  # minimizing shrinks volume
+
+
+@pytest.mark.parametrize("t_optimizer", ["adam", "sgd"])
+def test_volmin_has_its_own_optimizer_for_T(t_optimizer: str) -> None:
+    model = volmin(t_optimizer=t_optimizer, milestones=(3, 7))
+    (opt_net, opt_t), (sch_net, sch_t) = model.configure_optimizers()
+    assert isinstance(opt_net, torch.optim.SGD)
+    assert isinstance(opt_t, torch.optim.Adam if t_optimizer == "adam" else torch.optim.SGD)
+    group = opt_t.param_groups[0]
+    assert group["params"] == [model.W] and group["lr"] == 0.01 and group["weight_decay"] == 0
+    if t_optimizer == "sgd":
+        assert group["momentum"] == 0.9
+    assert all(p is not model.W for g in opt_net.param_groups for p in g["params"])
+    assert sch_net.milestones == sch_t.milestones == {3: 1, 7: 1}
+
+
+class FixedLogits(nn.Module):
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.logits
+
+
+def test_volmin_validation_uses_pT_and_test_uses_clean_p() -> None:
+    model = volmin(c=3)
+    logit = torch.special.logit
+    with torch.no_grad():  # row 0 of T ≈ [0.5, 0.01, 0.49], row 2 ≈ [0, 0, 1]
+        model.W.copy_(torch.full((3, 3), -30.0))
+        model.W[0, 1], model.W[0, 2] = logit(torch.tensor(0.02)), logit(torch.tensor(0.98))
+    p = torch.tensor([[0.55, 0.0, 0.45]])
+    model.net = FixedLogits(torch.log(p + 1e-9))
+    q = p @ model.transition().detach()
+    assert q.argmax(1).item() == 2 and p.argmax(1).item() == 0  # the example separates them
+    batch = {"image": torch.zeros(1, 1, 1, 2), "label": torch.tensor([2])}
+    model.trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    model.validation_step(batch, 0)
+    model.test_step(batch, 0)
+    assert model.val_acc.compute().item() == 1.0  # p @ T predicts the noisy label 2
+    assert model.test_acc.compute().item() == 0.0  # the clean p predicts class 0
+
+
+# ------------------------------------------------------------------------------- Reweight
+def test_reweight_beta_hand_example_and_identity() -> None:
+    model = Reweight(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), transition=True)
+    T = torch.tensor([[0.8, 0.2, 0.0], [0.1, 0.7, 0.2], [0.0, 0.3, 0.7]])
+    model.store_transition(T)
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 0.5]])
+    labels = torch.tensor([1, 2])
+    p = torch.softmax(logits, 1)
+    # β_i = p_y / Σ_k p_k T[k, y]
+    beta0 = p[0, 1] / (p[0, 0] * 0.2 + p[0, 1] * 0.7 + p[0, 2] * 0.3)
+    beta1 = p[1, 2] / (p[1, 0] * 0.0 + p[1, 1] * 0.2 + p[1, 2] * 0.7)
+    beta = model.importance_weights(p, labels)
+    assert torch.allclose(beta, torch.stack([beta0, beta1]), atol=1e-6)
+    ce = F.cross_entropy(logits, labels, reduction="none")
+    assert torch.allclose(model.per_sample_loss(logits, {"label": labels}), beta * ce, atol=1e-6)
+
+    model.store_transition(torch.eye(3))
+    torch.manual_seed(0)
+    logits = torch.randn(32, 3)
+    labels = torch.randint(0, 3, (32,))
+    assert torch.equal(model.importance_weights(torch.softmax(logits, 1), labels), torch.ones(32))
+    plain = CE(backbone="mlp", num_classes=3, input_shape=(1, 1, 2))
+    batch = {"label": labels}
+    assert torch.allclose(
+        model.per_sample_loss(logits, batch), plain.per_sample_loss(logits, batch)
+    )
+
+
+def test_reweight_detach_beta_switch() -> None:
+    kwargs = dict(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), transition=True)
+    T = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.6, 0.2], [0.1, 0.2, 0.7]])
+    grads = {}
+    for detach in (True, False):
+        model = Reweight(detach_beta=detach, **kwargs)
+        model.store_transition(T)
+        logits = torch.tensor([[1.0, 0.2, -0.5]], requires_grad=True)
+        loss = model.per_sample_loss(logits, {"label": torch.tensor([1])}).sum()
+        (grads[detach],) = torch.autograd.grad(loss, logits)
+        beta = model.importance_weights(torch.softmax(logits, 1), torch.tensor([1]))
+        assert beta.requires_grad is (not detach)
+    assert not torch.allclose(grads[True], grads[False])
+
+
+# ------------------------------------------------------------------------------- estimated T
+def test_estimate_mode_warmup_state_and_checkpoint_round_trip() -> None:
+    kwargs = dict(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), transition="estimate")
+    model = Forward(**kwargs)
+    assert model.in_warmup and model.transition() is None
+    logits, labels = torch.randn(8, 3), torch.randint(0, 3, (8,))
+    ce = F.cross_entropy(logits, labels, reduction="none")
+    assert torch.allclose(model.stage_loss(logits, {"label": labels}), ce)
+    T_hat = torch.tensor([[0.8, 0.1, 0.1], [0.2, 0.7, 0.1], [0.0, 0.3, 0.7]])
+    model.estimate_transition = lambda: T_hat  # the estimation point without a trainer
+    model.start_main_stage()
+    assert not model.in_warmup and torch.equal(model.transition(), T_hat)
+    corrected = model.stage_loss(logits, {"label": labels})
+    assert torch.allclose(corrected, model.per_sample_loss(logits, {"label": labels}))
+    restored = Forward(**kwargs)
+    restored.load_state_dict(model.state_dict())
+    assert not restored.in_warmup and torch.equal(restored.T, T_hat)
+
+
+def test_bad_transition_arguments() -> None:
+    with pytest.raises(ValueError, match="estimator"):
+        Forward(transition="estimate", estimator="median")
+    with pytest.raises(ValueError, match="warmup_epochs"):
+        Forward(transition="estimate", warmup_epochs=-1)
+    with pytest.raises(ValueError, match="0.97, not 97"):
+        Forward(transition="estimate", outlier_quantile=97)
+    with pytest.raises(ValueError, match="transition_bias"):
+        Forward(transition_bias=-0.1)
+    with pytest.raises(FileNotFoundError, match="true, estimate"):
+        Forward(transition="estmate")
+    with pytest.raises(ValueError, match="t_optimizer"):
+        VolMinNet(t_optimizer="rmsprop")
+
+
+def test_warmup_longer_than_run_is_refused(run_cli, mnist_dir) -> None:
+    with pytest.raises(ValueError, match="warmup_epochs=20 leaves no epoch"):
+        run_cli(
+            "fit", "--config", str(CONFIGS / "mnist_reweight.yaml"),
+            "--data.data_dir", str(mnist_dir), "--trainer.max_epochs", "2", *TINY,
+        )  # fmt: skip
+
+
+def test_estimated_T_real_tiny_run_then_resume(run_cli, tmp_path, mnist_dir, monkeypatch) -> None:
+    """Warm-up 1 epoch, estimate T̂ from the training split, train 1 corrected epoch; the best
+    checkpoint is not the warm-up epoch; T̂ lands in the run dir, results.json, TensorBoard and
+    the checkpoint, and a resumed run keeps it without estimating again."""
+    calls = []
+    real_anchor = transition_module.anchor_transition
+
+    def spy(probs, filter_outliers, quantile):
+        calls.append((tuple(probs.shape), filter_outliers, quantile))
+        return real_anchor(probs, filter_outliers, quantile)
+
+    monkeypatch.setattr(transition_module, "anchor_transition", spy)
+    first = tmp_path / "first"
+    run_cli(
+        "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
+        "--model.transition", "estimate", "--model.warmup_epochs", "1",
+        "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
+        "--checkpoint.save_top_k", "-1", "--checkpoint.save_last", "true",
+        "--data.data_dir", str(mnist_dir), *TINY, root=first,
+    )  # fmt: skip
+    # estimated once, with the filter on, from the training split's first 3 batches of 16
+    # (limit_train_batches applies to the estimation pass too)
+    assert calls == [((3 * 16, 10), True, 0.97)]
+    results = read_results(first)
+    folder = run_dir_of(first)
+    T_hat = load_transition(folder / "transition_estimate.csv", 10)
+    true_t = load_transition(folder / "transition.csv", 10)
+    assert not torch.allclose(T_hat, torch.eye(10)) and not torch.allclose(T_hat, true_t)
+    error = estimation_error(true_t, T_hat)
+    assert results["t_estimation_error"] == pytest.approx(error, abs=1e-6)
+    assert json.loads((folder / "transition_estimate.json").read_text())[
+        "t_estimation_error"
+    ] == pytest.approx(error, abs=1e-6)
+    # every top-k candidate is kept (save_top_k -1), yet no warm-up epoch was a candidate
+    names = sorted(p.name for p in (folder / "checkpoints").glob("best-*.ckpt"))
+    assert names == ["best-epoch001.ckpt"] and results["best_epoch"] == 1
+    best = torch.load(folder / "checkpoints" / names[0], weights_only=False)["state_dict"]
+    assert bool(best["main_started"]) and torch.allclose(best["T"], T_hat, atol=1e-6)
+    images, scalars, counts = tensorboard_tags(folder)
+    assert "transition/T_hat" in images
+    assert counts["transition/t_estimation_error"] == 1  # logged once for an estimated T
+
+    def no_estimate(*args, **kwargs):
+        raise AssertionError("a resumed run must not estimate T again")
+
+    monkeypatch.setattr(transition_module, "anchor_transition", no_estimate)
+    run_cli(
+        "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
+        "--model.transition", "estimate", "--model.warmup_epochs", "1",
+        "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3",
+        "--ckpt_path", str(folder / "checkpoints" / "last.ckpt"),
+        "--data.data_dir", str(mnist_dir), *TINY, root=first,
+    )  # fmt: skip
+    # the run continues in its own folder, with the same T̂, one more epoch
+    assert run_dir_of(first) == folder
+    assert torch.allclose(load_transition(folder / "transition_estimate.csv", 10), T_hat)
+    resumed = read_results(first)
+    assert resumed["epochs"] == 3
+    assert resumed["resumed"] == [
+        {"from": str(folder / "checkpoints" / "last.ckpt"), "epochs_done": 2, "changed": {}}
+    ]
+
+
+def test_warmup_checkpoint_is_never_best() -> None:
+    class Stub:
+        in_warmup = True
+
+    class StubTrainer:
+        lightning_module = Stub()
+
+    ckpt = WarmupAwareCheckpoint(monitor="val/acc", mode="max", save_top_k=-1)
+    assert ckpt.check_monitor_top_k(StubTrainer(), torch.tensor(0.9)) is False
+    Stub.in_warmup = False
+    assert ckpt.check_monitor_top_k(StubTrainer(), torch.tensor(0.9)) is True
+
+
+@pytest.mark.parametrize("filter_outliers", ["true", "false"])
+def test_dual_t_under_fast_dev_run(run_cli, tmp_path, mnist_dir, monkeypatch, filter_outliers):
+    """``--model.estimator dual_t`` reaches Dual-T with the filter setting; under fast_dev_run
+    the warm-up is skipped so estimation and the corrected stage still run."""
+    calls = []
+    real = transition_module.dual_t_transition
+
+    def spy(probs, labels, filter_outliers, quantile):
+        calls.append((tuple(labels.shape), filter_outliers))
+        return real(probs, labels, filter_outliers, quantile)
+
+    monkeypatch.setattr(transition_module, "dual_t_transition", spy)
+    cli = run_cli(
+        "fit", "--config", str(CONFIGS / "mnist_forward.yaml"),
+        "--model.transition", "estimate", "--model.estimator", "dual_t",
+        "--model.filter_outliers", filter_outliers, "--trainer.fast_dev_run", "2",
+        "--data.data_dir", str(mnist_dir), *TINY,
+    )  # fmt: skip
+    assert calls == [((32,), filter_outliers == "true")]
+    assert cli.results["t_estimation_error"] is not None
+
+
+def test_estimation_uses_outputs_without_augmentation(cifar10_dir) -> None:
+    from noisylabels.data import CIFAR10DataModule
+
+    dm = CIFAR10DataModule(data_dir=str(cifar10_dir), batch_size=16, augment=True)
+    model = Forward(backbone="mlp", num_classes=10, input_shape=(3, 32, 32), transition="estimate")
+    trainer = Trainer(accelerator="cpu", logger=False, limit_train_batches=2, max_epochs=1)
+    dm.trainer = trainer
+    model.trainer = trainer
+    trainer._data_connector.attach_datamodule(model, dm)
+    dm.setup("fit")
+    model.train()
+    probs_a, labels = model.train_outputs()
+    probs_b, _ = model.train_outputs()
+    assert model.training  # train mode restored
+    assert torch.equal(probs_a, probs_b)  # no random crop or flip
+    images = dm.data.train_images[dm.train_indices[:32]]
+    model.eval()
+    with torch.no_grad():
+        expected = torch.softmax(model(dm.transform(images, train=False)), 1)
+    assert torch.allclose(probs_a, expected, atol=1e-6)
+    assert torch.equal(labels, dm.noisy_labels[dm.train_indices[:32]])
+
+
+# ------------------------------------------------------------------------------- biased T
+def test_biased_true_T_reports_its_error(run_cli, tmp_path, mnist_dir) -> None:
+    run_cli(
+        "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
+        "--model.transition", "true", "--model.transition_bias", "0.1",
+        "--model.bias_seed", "3", "--trainer.max_epochs", "1",
+        "--trainer.limit_train_batches", "2", "--data.data_dir", str(mnist_dir), *TINY,
+    )  # fmt: skip
+    results = read_results(tmp_path)
+    folder = run_dir_of(tmp_path)
+    true_t = load_transition(folder / "transition.csv", 10)
+    expected = bias_transition(true_t, 0.1, torch.Generator().manual_seed(3))
+    used = load_transition(folder / "transition_estimate.csv", 10)
+    assert torch.allclose(used, expected, atol=1e-6)
+    assert results["t_estimation_error"] == pytest.approx(estimation_error(true_t, expected))
+    assert results["t_estimation_error"] > 0.05
+
+
+# ------------------------------------------------------------------------------- VolMinNet run
+def test_volmin_real_tiny_run_logs_error_every_epoch(run_cli, tmp_path, mnist_dir) -> None:
+    cli = run_cli(
+        "fit", "--config", str(CONFIGS / "mnist_volmin_vrnl.yaml"),
+        "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
+        "--model.milestones", "[1]", "--data.data_dir", str(mnist_dir), *TINY,
+    )  # fmt: skip
+    trainer = cli.trainer
+    assert trainer.global_step == 6  # one step per batch although two optimizers step
+    assert [s.get_last_lr()[0] for s in cli.model.lr_schedulers()] == [0.001, 0.001]
+    folder = run_dir_of(tmp_path)
+    images, _, counts = tensorboard_tags(folder)
+    assert counts["transition/t_estimation_error"] == 2 and "transition/T_hat" in images
+    T_hat = load_transition(folder / "transition_estimate.csv", 10)
+    assert_diagonal_dominant_stochastic(T_hat)
+    assert read_results(tmp_path)["t_estimation_error"] == pytest.approx(
+        estimation_error(load_transition(folder / "transition.csv", 10), T_hat), abs=1e-6
+    )
+
+
+def test_volmin_variance_term_reaches_the_classifier_not_T() -> None:
+    """VRNL changes the classifier's gradient; T's gradient is that of VolMinNet alone."""
+    torch.manual_seed(0)
+    grads = {}
+    for alpha in (0.0, 0.5):
+        model = VolMinNet(backbone="mlp", num_classes=4, input_shape=(1, 2, 2), alpha=alpha)
+        torch.manual_seed(1)
+        for p in model.parameters():
+            p.data.normal_(0, 0.5)
+        batch = {
+            "image": torch.randn(12, 1, 2, 2),
+            "label": torch.randint(0, 4, (12,)),
+            "index": torch.arange(12),
+        }
+        model.training_objective(batch).backward()
+        grads[alpha] = (model.W.grad.clone(), next(model.net.parameters()).grad.clone())
+    assert torch.allclose(grads[0.0][0], grads[0.5][0], atol=1e-7)  # T: unchanged by VRNL
+    assert not torch.allclose(grads[0.0][1], grads[0.5][1])  # classifier: reweighted

@@ -1,0 +1,202 @@
+"""``noisylabels report`` over hand-written results.json files: means, stds, seed counts, best
+per column, the paired VRNL-vs-base statistics against values computed by hand, the paper's
+numbers, the formats, and the bias figure."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from noisylabels.report.collect import paired_difference
+
+SYM = {"type": "symmetric", "rate_nominal": 0.2, "rate_actual": 0.2, "seed": 0}
+PAIR = {"type": "pair", "rate_nominal": 0.45, "rate_actual": 0.45, "seed": 0}
+# (method, alpha, noise, seed, best, last)
+RUNS = [
+    ("Forward", 0.0, SYM, 0, 0.970, 0.960),
+    ("Forward", 0.0, SYM, 1, 0.975, 0.965),
+    ("Forward", 0.0, SYM, 2, 0.980, 0.955),
+    ("Forward-VRNL", 0.1, SYM, 0, 0.975, 0.962),
+    ("Forward-VRNL", 0.1, SYM, 1, 0.985, 0.970),
+    ("Forward-VRNL", 0.1, SYM, 2, 0.995, 0.978),
+    ("Forward", 0.0, PAIR, 0, 0.900, 0.800),
+    ("Forward", 0.0, PAIR, 1, 0.910, 0.820),
+    ("VolMinNet", 0.0, SYM, 0, 0.980, 0.979),
+]
+# by hand: Forward-VRNL − Forward on Sym-20 %, per seed 0.5, 1.0, 1.5 points: mean 1, sd 0.5,
+# se 0.5/√3, t = 2√3; with 2 degrees of freedom the t CDF is 1/2 + t / (2√(2 + t²)), so
+# p = 1 − t/√(2 + t²) = 1 − √(6/7), and t_0.975 solves t/√(2 + t²) = 0.95
+P_HAND = 1 - math.sqrt(6 / 7)
+T975 = math.sqrt(2 * 0.95**2 / (1 - 0.95**2))
+HALF = T975 * 0.5 / math.sqrt(3)
+
+
+def write_runs(root: Path, runs=RUNS, bias: dict | None = None) -> Path:
+    for i, (method, alpha, noise, seed, best, last) in enumerate(runs):
+        folder = root / f"{method}-{noise['type']}" / f"seed-{seed}" / "version_0"
+        folder.mkdir(parents=True, exist_ok=True)
+        results = {
+            "method": method,
+            "alpha": alpha,
+            "backbone": "lenet5",
+            "dataset": "mnist",
+            "noise": noise,
+            "seed": seed,
+            "test_acc": best,
+            "test_acc_last": last,
+            "t_estimation_error": None if bias is None else bias["eps"][i],
+        }
+        (folder / "results.json").write_text(json.dumps(results))
+        if bias is not None:
+            config = {"model": {"init_args": {"transition_bias": bias["gamma"][i]}}}
+            (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    return root
+
+
+def report(*args: str) -> str:
+    from noisylabels.cli import run
+
+    return run(["report", *map(str, args)])
+
+
+def test_paired_difference_by_hand() -> None:
+    result = paired_difference({0: 97.5, 1: 98.5, 2: 99.5}, {0: 97.0, 1: 97.5, 2: 98.0, 3: 1})
+    assert result.n == 3 and result.mean == pytest.approx(1.0)
+    assert result.low == pytest.approx(1 - HALF) and result.high == pytest.approx(1 + HALF)
+    assert result.p == pytest.approx(P_HAND, rel=1e-9)
+    single = paired_difference({0: 98.0}, {0: 97.0})
+    assert single.n == 1 and single.low is None and single.p is None
+    assert paired_difference({0: 98.0}, {1: 97.0}) is None
+
+
+def test_markdown_means_stds_counts_best_and_paired(tmp_path: Path) -> None:
+    out = report(write_runs(tmp_path), "--paired")
+    lines = out.splitlines()
+    assert "| method | MNIST Sym-20% | MNIST Pair-45% |" in lines
+    assert "| Forward | 97.50 ± 0.50 (3) | **90.50 ± 0.71 (2)** |" in lines
+    assert "| Forward-VRNL | **98.50 ± 1.00 (3)** | — |" in lines
+    assert "| VolMinNet | 98.00 (1) | — |" in lines
+    paired = next(line for line in lines if line.startswith("| Forward-VRNL − Forward |"))
+    assert paired == (
+        f"| Forward-VRNL − Forward | +1.00 [{1 - HALF:+.2f}, {1 + HALF:+.2f}] "
+        f"p={P_HAND:.3f} (3) | — |"
+    )
+    assert "paired t-test" in out
+
+
+def test_last_epoch_metric_and_paper_column(tmp_path: Path) -> None:
+    out = report(write_runs(tmp_path), "--metric", "last", "--paper", "--paired")
+    lines = out.splitlines()
+    header = "| method | MNIST Sym-20% | paper | MNIST Pair-45% | paper |"
+    assert header in lines
+    assert (
+        "| Forward | 96.00 ± 0.50 (3) | 97.47 ± 0.15 | **81.00 ± 1.41 (2)** | 96.45 ± 4.03 |"
+        in lines
+    )
+    assert "| Forward-VRNL | 97.00 ± 0.80 (3) | 98.89 ± 0.04 | — | 96.55 ± 3.88 |" in lines
+    assert "| VolMinNet | **97.90 (1)** | 98.66 ± 0.14 | — | 99.08 ± 0.06 |" in lines
+    assert any(
+        line.startswith("| Forward-VRNL − Forward | +1.00") and "| +1.42 |" in line
+        for line in lines
+    )
+    assert "last epoch" in out
+
+
+def test_latex_and_csv(tmp_path: Path) -> None:
+    root = write_runs(tmp_path)
+    latex = report(root, "--format", "latex", "--paired")
+    assert "\\begin{tabular}{lll}" in latex and "\\toprule" in latex
+    assert "\\textbf{98.50 $\\pm$ 1.00 (3)}" in latex
+    assert "MNIST Sym-20\\%" in latex and "Forward-VRNL $-$ Forward" in latex
+    rows = list(csv.DictReader(io.StringIO(report(root, "--format", "csv", "--paired"))))
+    cell = next(r for r in rows if r["kind"] == "cell" and r["method"] == "Forward-VRNL")
+    assert float(cell["mean"]) == pytest.approx(98.5) and float(cell["std"]) == pytest.approx(1.0)
+    assert cell["n"] == "3" and cell["best"] == "True" and cell["noise"] == "Sym-20%"
+    pair = next(r for r in rows if r["kind"] == "paired")
+    assert float(pair["p_value"]) == pytest.approx(P_HAND, rel=1e-9)
+    assert float(pair["ci_low"]) == pytest.approx(1 - HALF)
+
+
+def test_paired_without_pairs_says_so(tmp_path: Path) -> None:
+    out = report(write_runs(tmp_path, RUNS[:3]), "--paired")
+    assert "no pairs: no X-VRNL row has its X row" in out
+
+
+def test_cells_with_two_runs_of_one_seed_need_another_field(tmp_path: Path, capsys) -> None:
+    runs = [("Forward-VRNL", 0.1, SYM, 0, 0.97, 0.96), ("Forward-VRNL", 0.2, SYM, 0, 0.98, 0.97)]
+    root = tmp_path / "a"
+    for i, run in enumerate(runs):
+        write_runs(root / str(i), [run])
+    with pytest.raises(SystemExit):
+        report(root)
+    assert "add the field that tells them apart" in capsys.readouterr().err
+    out = report(root, "--rows", "method,alpha")
+    assert (
+        "| Forward-VRNL | 0.1 | 97.00 (1) |" in out
+        and "| Forward-VRNL | 0.2 | **98.00 (1)** |" in out
+    )
+
+
+def test_sweep_axes_and_config_options_are_fields(tmp_path: Path) -> None:
+    runs = [("Forward", 0.0, SYM, s, 0.9 + s / 100, 0.9) for s in (0, 1)]
+    root = write_runs(tmp_path / "r", runs, bias={"eps": [0.1, 0.2], "gamma": [0.05, 0.1]})
+    out = report(root, "--cols", "model.transition_bias")
+    assert "| method | 0.05 | 0.1 |" in out and "| Forward | **90.00 (1)** | **91.00 (1)** |" in out
+    run_file = root / "Forward-symmetric" / "seed-0" / "sweep_run.json"
+    run_file.write_text(json.dumps({"point": {"lr": "lr-0.1", "seed": "seed-0"}}))
+    assert "| Forward | lr-0.1 | 90.00 (1) |" in report(root, "--rows", "method,lr", "--cols", "")
+
+
+def test_bias_figure(tmp_path: Path) -> None:
+    runs = [
+        (m, a, SYM, s, acc, acc)
+        for m, a, acc in (("Forward", 0.0, 0.95), ("Forward-VRNL", 0.1, 0.97))
+        for s in (0, 1)
+    ]
+    runs += [(m, a, SYM, s, acc - 0.05, acc) for m, a, _, s, acc, _ in runs]
+    bias = {
+        "eps": [0.05, 0.06, 0.05, 0.06, 0.3, 0.32, 0.3, 0.32],
+        "gamma": [0.0, 0.0, 0.0, 0.0, 0.1, 0.1, 0.1, 0.1],
+    }
+    for i, run in enumerate(runs):
+        write_runs(tmp_path / "runs" / str(i), [run], bias={k: [v[i]] for k, v in bias.items()})
+    out = tmp_path / "fig3.png"
+    assert "wrote" in report(tmp_path / "runs", "--kind", "bias", "--out", out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_errors(tmp_path: Path, capsys) -> None:
+    (tmp_path / "empty").mkdir()
+    runs = write_runs(tmp_path / "r")
+    for args, message in (
+        ((tmp_path / "none",), "does not exist"),
+        ((tmp_path / "empty",), "no results.json"),
+        ((runs, "--paired", "--rows", "noise", "--cols", "dataset"), "put method among --rows"),
+        ((runs, "--kind", "bias"), "--out FILE.png"),
+        ((runs, "--rows", "method", "--cols", "method"), "both --rows and --cols"),
+    ):
+        with pytest.raises(SystemExit):
+            report(*args)
+        assert message in capsys.readouterr().err
+
+
+def test_dual_t_runs_are_their_own_rows_and_match_the_papers_dual_t(tmp_path: Path) -> None:
+    from noisylabels.methods import Forward
+    from noisylabels.report.collect import method_key
+
+    assert Forward(transition="estimate", estimator="dual_t").method_name == "Forward-DualT"
+    assert Forward(transition="estimate", estimator="dual_t", alpha=0.1).method_name == (
+        "Forward-DualT-VRNL"
+    )
+    assert Forward(transition="estimate").method_name == "Forward"
+    assert method_key("Forward-DualT") == method_key("Dual T") == "dualt"
+    runs = [("Forward-DualT", 0.0, SYM, 0, 0.984, 0.980), *RUNS[:3]]
+    lines = report(write_runs(tmp_path, runs), "--paper").splitlines()
+    assert "| Forward-DualT | **98.40 (1)** | 98.43 ± 0.05 |" in lines
+    assert any(line.startswith("| Forward | 97.50 ± 0.50 (3) |") for line in lines)

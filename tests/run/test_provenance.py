@@ -1,0 +1,56 @@
+"""results.json's provenance: versions, the project commit, hashes of the config and labels."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+import lightning
+import torch
+
+import noisylabels
+from noisylabels.data import DigitsDataModule
+from noisylabels.run.provenance import config_sha256, git_state, labels_sha256, provenance
+
+from conftest import CONFIGS, REPO, read_results
+
+
+def test_a_run_records_where_it_came_from(run_cli, tmp_path: Path) -> None:
+    run_cli("fit", "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.max_epochs", "1",
+            "--trainer.limit_train_batches", "2")  # fmt: skip
+    record = read_results(tmp_path)["provenance"]
+    assert record["noisylabels"] == noisylabels.__version__
+    assert record["torch"] == torch.__version__ and record["lightning"] == lightning.__version__
+    noise = torch.load(next(tmp_path.rglob("noise.pt")), weights_only=True)
+    labels = noise["noisy_labels"].to(torch.int64).numpy().tobytes()
+    assert record["noisy_labels_sha256"] == hashlib.sha256(labels).hexdigest()
+    assert len(record["config_sha256"]) == 64
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)  # fmt: skip
+    if head.returncode == 0:  # a git checkout: the commit it runs from
+        assert record["git_commit"] == head.stdout.strip()
+        assert isinstance(record["git_dirty"], bool)
+
+
+def test_config_hash_ignores_where_a_run_is_written_and_how_it_started() -> None:
+    config = {"model": {"init_args": {"alpha": 0.1}}, "trainer": {"max_epochs": 3}}
+    moved = {**config, "trainer": {"max_epochs": 3, "default_root_dir": "elsewhere"}}
+    resumed = {**config, "ckpt_path": "runs/x/checkpoints/last.ckpt", "config": ["a.yaml"]}
+    assert config_sha256(config) == config_sha256(moved) == config_sha256(resumed)
+    changed = {**config, "model": {"init_args": {"alpha": 0.3}}}
+    assert config_sha256(changed) != config_sha256(config)
+
+
+def test_outside_git_there_is_no_commit(tmp_path: Path) -> None:
+    assert git_state(tmp_path) == (None, None)
+
+
+def test_labels_hash_follows_the_noise() -> None:
+    a, b = DigitsDataModule(noise_seed=0), DigitsDataModule(noise_seed=1)
+    a.setup("fit"), b.setup("fit")
+    assert labels_sha256(a) != labels_sha256(b)
+    assert labels_sha256(object()) is None
+    from_python = provenance(None, a)  # without a CLI config: the hyperparameters' hash
+    assert from_python["noisy_labels_sha256"] == labels_sha256(a)
+    assert from_python["config_sha256"] == provenance(None, DigitsDataModule())["config_sha256"]
