@@ -5,6 +5,7 @@ never a method's insides; what a run records on disk is :mod:`noisylabels.run`'s
 
 from noisylabels.callbacks.divergence import DivergenceGuard
 from noisylabels.callbacks.subsets import SubsetStatistics
+from noisylabels.callbacks.tail_test import TailTest
 from noisylabels.callbacks.transition_monitor import TransitionMonitor
 
-__all__ = ["DivergenceGuard", "SubsetStatistics", "TransitionMonitor"]
+__all__ = ["DivergenceGuard", "SubsetStatistics", "TailTest", "TransitionMonitor"]

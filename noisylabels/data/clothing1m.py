@@ -144,6 +144,7 @@ class Clothing1MDataModule(ImageFileDataModule):
         noise_seed: seed of the noisy-validation split and of the subsampling.
         val_fraction: fraction of the noisy training list held out (``noisy_val`` only).
         augment: random crop + horizontal flip while training (default on).
+        normalize: normalize by ImageNet's mean and std (default); false: pixels in [0, 1].
         image_size: crop size fed to the network (default 224).
         resize_size: the shorter image side is resized to this before cropping (default 256).
         max_skipped_fraction: largest fraction of unreadable test images a test accepts.
@@ -165,6 +166,7 @@ class Clothing1MDataModule(ImageFileDataModule):
         noise_seed: int = 0,
         val_fraction: float = 0.1,
         augment: bool | None = None,
+        normalize: bool = True,
         image_size: int = 224,
         resize_size: int = 256,
         max_skipped_fraction: float = 0.01,
@@ -181,6 +183,7 @@ class Clothing1MDataModule(ImageFileDataModule):
             noise_seed=noise_seed,
             val_fraction=val_fraction,
             augment=augment,
+            normalize=normalize,
             image_size=image_size,
             resize_size=resize_size,
             samples_per_class=samples_per_class,

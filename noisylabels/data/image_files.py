@@ -78,7 +78,8 @@ class ImageFileDataModule(NoisyDataModule):
         self.max_skipped_fraction = max_skipped_fraction
         self.input_shape = (3, image_size, image_size)
         # the per-item crop happened in the workers: on the device only flip and normalize
-        self.transform = BatchTransform(self.mean, self.std, augment=self.augment, crop_padding=0)
+        mean, std = (self.mean, self.std) if self.hparams.normalize else self.unit_statistics()
+        self.transform = BatchTransform(mean, std, augment=self.augment, crop_padding=0)
         self.skipped = SkippedImages()
 
     def callbacks(self) -> list[L.Callback]:

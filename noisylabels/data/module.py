@@ -30,7 +30,7 @@ from noisylabels.data.memory import (
     collate_batch,
 )
 from noisylabels.data.samplers import shard_sampler
-from noisylabels.data.transforms import BatchTransform
+from noisylabels.data.transforms import BatchTransform, evaluation_batches
 from noisylabels.errors import InputError
 from noisylabels.noise import (
     UNKNOWN_LABEL,
@@ -66,6 +66,8 @@ class NoisyDataModule(L.LightningDataModule):
             ``aggre_label``, ``noisy_label``; a saved run's ``noise.pt`` uses ``noisy_labels``).
         val_fraction: fraction of the noisy training set held out as (noisy) validation data.
         augment: train-time augmentation; default: the dataset's standard one.
+        normalize: scale pixels to [0, 1] and normalize them by the dataset's mean and std
+            (default); ``false``: [0, 1] only (the Co-teaching reference's MNIST input).
         download: fetch the dataset with torchvision's downloader where there is network.
         on_device: keep in-memory data (uint8 images, labels) on the training device and draw
             every batch there (:class:`~noisylabels.data.memory.DeviceBatches`): no per-batch
@@ -103,6 +105,7 @@ class NoisyDataModule(L.LightningDataModule):
         noise_file_key: str | None = None,
         val_fraction: float = 0.1,
         augment: bool | None = None,
+        normalize: bool = True,
         download: bool = False,
         on_device: bool | str = "auto",
     ) -> None:
@@ -136,13 +139,19 @@ class NoisyDataModule(L.LightningDataModule):
         self.download = download
         self.on_device = on_device
         self._device_copies: dict[int, Any] = {}
-        self.transform = BatchTransform(self.mean, self.std, augment=self.augment)
+        mean, std = (self.mean, self.std) if normalize else self.unit_statistics()
+        self.transform = BatchTransform(mean, std, augment=self.augment)
         self.data: LoadedData | None = None
         self.label_source: LabelSource | None = None
         self.transition: Tensor | None = None
         self.noisy_labels: Tensor | None = None
         self.train_indices: Tensor | None = None
         self.val_indices: Tensor | None = None
+
+    def unit_statistics(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Mean 0 and std 1 per channel: the transform then only scales to [0, 1]."""
+        channels = len(self.mean)
+        return (0.0,) * channels, (1.0,) * channels
 
     # ------------------------------------------------------------------ subclass hooks
     def load(self) -> LoadedData:
@@ -347,9 +356,14 @@ class NoisyDataModule(L.LightningDataModule):
 
     def train_eval_dataloader(self, split: str = "train") -> DataLoader:
         """The training split in order, without augmentation (for T estimation and statistics);
-        ``split="val"``: the noisy validation split of the training set, likewise."""
+        ``split="val"``: the noisy validation split of the training set, likewise; ``"test"``:
+        the clean test set, unsharded."""
+        if split == "test":
+            assert self.data is not None, "call setup() first"
+            dataset = self._clean_dataset(self.data.test_images, self.data.test_labels, "test")
+            return self._loader(dataset, self.eval_batch_size, False, False)
         if split not in ("train", "val"):
-            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+            raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
         indices = self.train_indices if split == "train" else self.val_indices
         name = "train_eval" if split == "train" else "val"
         return self._loader(self._split_dataset(indices, name), self.eval_batch_size, False, False)
@@ -363,28 +377,10 @@ class NoisyDataModule(L.LightningDataModule):
         split: str = "train",
     ) -> Iterator[dict[str, Tensor]]:
         """Batches of :meth:`train_eval_dataloader` on ``device``, normalized, never augmented:
-        what T estimation and exact training statistics run the model over.
-
-        Args:
-            limit: as Lightning's ``limit_*_batches``: an int caps the number of batches, a
-                float below 1 keeps that fraction of them (at least one).
-            rank, world_size: keep every ``world_size``-th batch, starting at ``rank``.
-            split: ``train``, or ``val`` for the noisy validation split.
-        """
+        what T estimation and exact training statistics run the model over (see
+        :func:`~noisylabels.data.transforms.evaluation_batches`)."""
         loader = self.train_eval_dataloader(split)
-        n = len(loader)
-        if isinstance(limit, int):
-            n = min(n, limit)
-        elif limit is not None and limit < 1.0:
-            n = max(1, int(n * limit))
-        for b, batch in enumerate(loader):
-            if b >= n:
-                break
-            if b % world_size != rank:
-                continue
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            batch["image"] = self.transform(batch["image"], train=False)
-            yield batch
+        return evaluation_batches(loader, self.transform, device, limit, rank, world_size)
 
     def predict_dataloader(self) -> DataLoader:
         return self.test_dataloader()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import torch
 from torch import Tensor, nn
 
@@ -63,3 +65,33 @@ class BatchTransform(nn.Module):
         if train and self.augment:
             x = random_hflip(random_crop(x, self.crop_padding))
         return (x - self.mean) / self.std
+
+
+def evaluation_batches(
+    loader: Iterable[dict[str, Tensor]],
+    transform: BatchTransform,
+    device: torch.device | str,
+    limit: int | float | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+) -> Iterator[dict[str, Tensor]]:
+    """The batches of ``loader`` on ``device``, normalized by ``transform``, never augmented.
+
+    Args:
+        limit: as Lightning's ``limit_*_batches``: an int caps the number of batches, a float
+            below 1 keeps that fraction of them (at least one).
+        rank, world_size: keep every ``world_size``-th batch, starting at ``rank``.
+    """
+    n = len(loader)  # type: ignore[arg-type]
+    if isinstance(limit, int):
+        n = min(n, limit)
+    elif limit is not None and limit < 1.0:
+        n = max(1, int(n * limit))
+    for b, batch in enumerate(loader):
+        if b >= n:
+            break
+        if b % world_size != rank:
+            continue
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        batch["image"] = transform(batch["image"], train=False)
+        yield batch

@@ -1,7 +1,7 @@
 """PTD, part-dependent transition matrices (Xia et al., "Part-dependent Label Noise: Towards
 Instance-dependent Label Noise", NeurIPS 2020).
 
-1. Warm-up: plain cross-entropy on the noisy labels (``warmup_epochs``; reference: 5 on MNIST).
+1. Warm-up: plain cross-entropy on the noisy labels (``warmup_epochs``; reference: 4 on MNIST).
 2. Estimation point: the warm-up network's penultimate features (the input of its last linear
    layer) over the training and noisy-validation splits, without augmentation, are factorised
    by NMF into ``parts`` parts (reference: 10); a sample's weights ``w(x)`` are its NMF
@@ -13,9 +13,15 @@ Instance-dependent Label Noise", NeurIPS 2020).
    ``β_i = p_{y~_i} / (p @ T(x_i))_{y~_i}``, β a constant weight as in the reference. Validation
    accuracy uses ``p @ T(x)`` against the noisy labels; the test accuracy uses the clean ``p``.
 
-The reference then revises the part matrices T-Revision-style; that stage is not part of this
-method. With ``alpha != 0`` (PTD-VRNL) the variance is that of ``β_i · CE_i``. The reported T̂
-(ε_T, ``transition_estimate.csv``) is the mean ``T(x)`` over the training split.
+4. Revision (``revision_epochs > 0``, the reference's third stage): from the best reweighting
+   model, one ``ΔT`` (C x C, from 0) shared by all samples revises every
+   ``T(x) → rownorm(max(T(x) + ΔT, 0))``; the stage's own Adam (``revision_lr``, reference
+   5e-7) trains it with the network, β not detached (the reference takes ``|T(x) + ΔT|`` where
+   this clips at 0, as T-Revision does).
+
+With ``alpha != 0`` (PTD-VRNL) the variance is that of ``β_i · CE_i``. The reported T̂ (ε_T,
+``transition_estimate.csv``) is the mean ``T(x)`` over the training split (revised by ΔT in the
+revision stage).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from noisylabels.noise import (
     part_noisy_posterior,
     part_transition,
     part_weights,
+    revise_transition,
 )
 
 
@@ -86,6 +93,8 @@ class PTD(NoisyLabelMethod):
         # index, set at the estimation point. Part of the state dict (checkpoints) but not a
         # buffer, which DDP would broadcast before every training step.
         self.weights = torch.empty(0, r)
+        if self.has_revision_stage:  # ΔT exists (and is checkpointed) only where it is learned
+            self.delta = nn.Parameter(torch.zeros(c, c))
         save_hook = getattr(self, "register_state_dict_post_hook", None)
         (save_hook or self._register_state_dict_hook)(_save_weights)
         self.register_load_state_dict_pre_hook(_load_weights)
@@ -104,13 +113,20 @@ class PTD(NoisyLabelMethod):
         return part_transition(self.sample_weights(index, len(index)), self.part_matrices)
 
     def noisy_posterior(self, probs: Tensor, index: Tensor | None = None) -> Tensor:
-        """``q = p @ T(x)`` per sample (``T`` of the mean weights without ``index``)."""
+        """``q = p @ T(x)`` per sample (``T`` of the mean weights without ``index``; revised by
+        ΔT in the revision stage)."""
         weights = self.sample_weights(index, len(probs))
-        return part_noisy_posterior(probs, weights, self.part_matrices)
+        if not self.in_revision:
+            return part_noisy_posterior(probs, weights, self.part_matrices)
+        T = revise_transition(part_transition(weights, self.part_matrices), self.delta)
+        with torch.autocast(probs.device.type, enabled=False):
+            return torch.bmm(probs.float().unsqueeze(1), T).squeeze(1)
 
     def mean_transition(self) -> Tensor:
-        """The mean ``T(x)`` over the training split: ``Σ_r mean(w_r) A_r``."""
-        return part_transition(self.mean_weights[None], self.part_matrices)[0]
+        """The mean ``T(x)`` over the training split: ``Σ_r mean(w_r) A_r`` (revised by ΔT in
+        the revision stage)."""
+        T = part_transition(self.mean_weights[None], self.part_matrices)[0]
+        return revise_transition(T, self.delta) if self.in_revision else T
 
     def transition(self) -> Tensor | None:
         """The mean ``T(x)`` over the training split (``None`` before the estimate)."""
@@ -119,9 +135,16 @@ class PTD(NoisyLabelMethod):
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         logits = logits.float()
         labels = batch["label"]
-        probs = F.softmax(logits, dim=1).detach()
+        probs = F.softmax(logits, dim=1)
+        if not self.in_revision:  # β is a constant weight but in the revision stage
+            probs = probs.detach()
         beta = importance_weights(probs, self.noisy_posterior(probs, batch.get("index")), labels)
         return beta * F.cross_entropy(logits, labels, reduction="none")
+
+    def on_revision_start(self) -> None:
+        """The revision starts from ΔT = 0 (the reference's)."""
+        with torch.no_grad():
+            self.delta.zero_()
 
     # ---------------------------------------------------------------- the estimation point
     def on_main_stage_start(self) -> None:

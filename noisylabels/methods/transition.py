@@ -25,7 +25,7 @@ from noisylabels.methods.core.losses import apply_transition
 from noisylabels.noise import (
     anchor_transition,
     bias_transition,
-    dual_t_transition,
+    dual_t_parts,
     load_transition,
 )
 
@@ -164,7 +164,14 @@ class TransitionMethod(NoisyLabelMethod):
     def on_main_stage_start(self) -> None:
         """The estimation point: T̂ from the warm-up model (then biased, if asked)."""
         T_hat = self.estimate_transition()
-        self._report(f"estimated T̂ ({self.hparams.estimator}) at epoch {self.current_epoch}", T_hat)
+        details = self.estimate_details or {}
+        diag = f"mean diag {T_hat.diagonal().mean():.3f}"
+        if "anchor_diag" in details:  # Dual-T: T♣'s too, the part it recovers T from
+            anchor = details["anchor_diag"]
+            diag += f" (T♣: {sum(anchor) / len(anchor):.3f})"
+        self._report(
+            f"estimated T̂ ({self.hparams.estimator}) at epoch {self.current_epoch}, {diag}", T_hat
+        )
         self.store_transition(self.biased(T_hat))
 
     def train_outputs(self) -> tuple[Tensor, Tensor]:
@@ -198,12 +205,22 @@ def estimate_from_model(
     """T̂ (row-stochastic, ``T̂[i, j] ≈ P(noisy=j | clean=i)``) from a method's current network 0
     over the training split without augmentation: anchor points (Patrini et al. 2017) or
     Dual-T (Yao et al. 2020), the anchors picked below each column's ``quantile`` with
-    ``filter_outliers``. Every process gets process 0's estimate."""
+    ``filter_outliers``. Every process gets process 0's estimate. ``model.estimate_details``
+    records its diagonal (and, for Dual-T, that of the anchor estimate T♣), which
+    ``results.json`` keeps as ``t_estimate``."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     probs, labels = train_outputs(model)
     if estimator == "dual_t":
-        T_hat = dual_t_transition(probs, labels, filter_outliers, quantile)
+        T_club, _, T_hat = dual_t_parts(probs, labels, filter_outliers, quantile)
+        details = {"anchor_diag": T_club.diagonal().tolist()}
     else:
         T_hat = anchor_transition(probs, filter_outliers, quantile)
-    return model.trainer.strategy.broadcast(T_hat, src=0)
+        details = {}
+    T_hat = model.trainer.strategy.broadcast(T_hat, src=0)
+    model.estimate_details = {
+        "estimator": estimator,
+        "diag": T_hat.diagonal().tolist(),
+        **model.trainer.strategy.broadcast(details, src=0),
+    }
+    return T_hat

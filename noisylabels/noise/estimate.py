@@ -120,10 +120,21 @@ def dual_t_transition(
 
     Returns a row-stochastic ``T[i, j] ≈ P(noisy=j | clean=i)``.
     """
+    return dual_t_parts(probs, noisy_labels, filter_outliers, quantile)[2]
+
+
+def dual_t_parts(
+    probs: Tensor,
+    noisy_labels: Tensor,
+    filter_outliers: bool = True,
+    quantile: float = 0.97,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The parts of the Dual-T estimate: the anchor estimate ``T♣``, the correction ``T♠`` and
+    their renormalised product (:func:`dual_t_transition`), all row-stochastic."""
     probs = _check_probs(probs)
-    T_hat = anchor_transition(probs, filter_outliers=filter_outliers, quantile=quantile)
+    T_club = anchor_transition(probs, filter_outliers=filter_outliers, quantile=quantile)
     T_spade = dual_t_correction(probs, noisy_labels, probs.shape[1])
-    return _normalize_rows(T_hat @ T_spade)
+    return T_club, T_spade, _normalize_rows(T_club @ T_spade)
 
 
 def estimation_error(T: Tensor, T_hat: Tensor) -> float:

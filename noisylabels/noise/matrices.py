@@ -317,3 +317,13 @@ def save_transition(T: Tensor, path: str | Path) -> None:
         # repr of the float64 value round-trips the float32 entry exactly
         lines = [sep.join(repr(float(v)) for v in row) for row in T.tolist()]
         path.write_text("\n".join(lines) + "\n")
+
+
+def revise_transition(T_hat: Tensor, delta: Tensor) -> Tensor:
+    """``rownorm(max(T̂ + ΔT, 0))``: the revised, row-stochastic transition matrix (a row
+    clipped to all zeros falls back to uniform); also per sample, for ``T̂`` of shape
+    ``(n, C, C)``."""
+    revised = (T_hat + delta).clamp_min(0.0)
+    sums = revised.sum(dim=-1, keepdim=True)
+    uniform = torch.full_like(revised, 1.0 / revised.shape[-1])
+    return torch.where(sums > 0, revised / sums.clamp_min(1e-12), uniform)

@@ -25,10 +25,14 @@ def build_parser() -> Any:
     p = argparse.ArgumentParser(
         prog="noisylabels report",
         description="Tables of test accuracy (mean ± std over seeds) from the results.json files "
-        "under RUNS_DIR; with --paired, VRNL against its base method seed by seed.",
+        "under each RUNS_DIR; with --paired, VRNL against its base method seed by seed.",
     )
     p.add_argument(
-        "runs_dir", type=Path, metavar="RUNS_DIR", help="folder searched for results.json files"
+        "runs_dirs",
+        type=Path,
+        nargs="+",
+        metavar="RUNS_DIR",
+        help="folder(s) searched for results.json files",
     )
     p.add_argument(
         "--format",
@@ -46,7 +50,8 @@ def build_parser() -> Any:
         "--metric",
         choices=tuple(METRICS),
         default="best",
-        help="best: the selected checkpoint's test accuracy; last: the last epoch's",
+        help="best: the selected checkpoint's test accuracy; last: the last epoch's; tail: the "
+        "mean of every network over the last epochs (runs with --tail_test_epochs)",
     )
     p.add_argument("--paired", action="store_true", help="add VRNL − base per seed, CI, p-value")
     p.add_argument("--paper", action="store_true", help="the paper's published numbers beside ours")
@@ -62,9 +67,14 @@ def report(args: Any) -> str:
     """The report the parsed ``args`` describe, as text (the bias figure: its path)."""
     from noisylabels.report import render
 
-    records = collect(args.runs_dir)
-    metric_name = {"best": "selected checkpoint", "last": "last epoch"}[args.metric]
-    title = args.title or f"{args.runs_dir}: test accuracy of the {metric_name}"
+    records = [record for folder in args.runs_dirs for record in collect(folder)]
+    metric_name = {
+        "best": "selected checkpoint",
+        "last": "last epoch",
+        "tail": "mean over the last epochs and networks",
+    }[args.metric]
+    where = ", ".join(str(folder) for folder in args.runs_dirs)
+    title = args.title or f"{where}: test accuracy of the {metric_name}"
     if args.kind == "bias":
         if args.out is None or args.out.suffix.lower() != ".png":
             raise InputError("--kind bias draws a PNG: give --out FILE.png")
@@ -77,7 +87,7 @@ def report(args: Any) -> str:
         raise InputError("--paired pairs the rows X-VRNL and X: put method among --rows")
     grouped = group(records, rows, cols, args.metric)
     if not grouped.row_keys:
-        raise InputError(f"no run under {args.runs_dir} has the {metric_name} test accuracy")
+        raise InputError(f"no run under {where} has the {metric_name} test accuracy")
     paper = load_paper() if args.paper else None
     if args.format == "csv":
         parts = [render.to_csv(grouped, args.paired, paper)]

@@ -32,7 +32,7 @@ from noisylabels.errors import InputError, MissingFileError
 RESULTS_FILE = "results.json"
 RUN_FILE = "sweep_run.json"
 CONFIG_FILE = "config.yaml"
-METRICS = {"best": "test_acc", "last": "test_acc_last"}
+METRICS = {"best": "test_acc", "last": "test_acc_last", "tail": "test_acc_tail_mean"}
 PAPER_FILE = Path(__file__).resolve().parent / "paper_results.csv"
 VRNL_SUFFIX = "-VRNL"
 DATASETS = {

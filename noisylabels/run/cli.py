@@ -113,6 +113,14 @@ class NoisyLabelsCLI(LightningCLI):
             help="After fit, test the best checkpoint on the clean test set and write "
             "results.json in the run dir.",
         )
+        parser.add_argument(
+            "--tail_test_epochs",
+            type=int,
+            default=0,
+            help="Also test every network on the clean test set at the end of each of the last "
+            "N epochs (results.json: test_acc_tail, test_acc_tail_mean; report --metric tail), "
+            "as the references of Co-teaching, MentorNet and Decoupling report.",
+        )
         parser.link_arguments(
             "data.num_classes", "model.init_args.num_classes", apply_on="instantiate"
         )
@@ -180,6 +188,7 @@ class NoisyLabelsCLI(LightningCLI):
             test=bool(self._setting("test_after_fit")),
             seed=self._setting("seed_everything"),
             config=self.config[self.subcommand].as_dict(),
+            tail_test_epochs=int(self._setting("tail_test_epochs") or 0),
         )
         self.results = results
         if results is None:

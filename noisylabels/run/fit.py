@@ -28,26 +28,31 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback, Checkpoint
 
-from noisylabels.callbacks import DivergenceGuard, TransitionMonitor
+from noisylabels.callbacks import DivergenceGuard, TailTest, TransitionMonitor
 from noisylabels.data import NoisyDataModule
 from noisylabels.run.artifacts import NoiseRecorder, run_dir, write_transition_estimate
 from noisylabels.run.checkpoints import LastCheckpoint, discard_failed_run, resume_history
-from noisylabels.run.results import build_results, write_results
+from noisylabels.run.results import build_results, tail_summary, write_results
 
 RESULTS_FILE = "results.json"
 LAST_METRIC = "test/acc_last"
 
 
-def run_callbacks(datamodule: L.LightningDataModule | None = None) -> list[Callback]:
+def run_callbacks(
+    datamodule: L.LightningDataModule | None = None, tail_test_epochs: int = 0
+) -> list[Callback]:
     """The callbacks of every run: the noise and its T (``noise.pt``, ``transition.csv``), T̂ and
     ε_T, the stop on a NaN/Inf loss, ``checkpoints/last.ckpt`` to resume from, and whatever the
-    data module needs (e.g. a skipped-image report)."""
+    data module needs (e.g. a skipped-image report); with ``tail_test_epochs``, the clean test
+    accuracy of every network over that many last epochs (:class:`TailTest`)."""
     callbacks: list[Callback] = [
         NoiseRecorder(),
         TransitionMonitor(),
         DivergenceGuard(),
         LastCheckpoint(),
     ]
+    if tail_test_epochs:
+        callbacks.insert(2, TailTest(tail_test_epochs))
     if isinstance(datamodule, NoisyDataModule):
         callbacks.extend(datamodule.callbacks())
     return callbacks
@@ -79,6 +84,7 @@ def fit_and_test(
     test: bool = True,
     seed: int | None = None,
     config: Mapping[str, Any] | None = None,
+    tail_test_epochs: int = 0,
 ) -> dict[str, Any] | None:
     """Fit ``model`` on ``datamodule``, test the best checkpoint (by the trainer's checkpoint
     callback; the final model where there is none) and the last epoch's model on the clean test
@@ -91,6 +97,9 @@ def fit_and_test(
         seed: the run's training seed, for ``results.json`` (default: Lightning's
             ``PL_GLOBAL_SEED``, which ``seed_everything`` sets).
         config: the resolved configuration, hashed into ``results.json``'s provenance.
+        tail_test_epochs: also test every network on the clean test set at the end of each of
+            the last this many epochs (``results.json``: ``test_acc_tail``,
+            ``test_acc_tail_mean``), as the two-network baselines' references report.
 
     Under ``fast_dev_run`` (a smoke test of every stage, not a result) nothing is written.
 
@@ -98,13 +107,14 @@ def fit_and_test(
         The results (also written to ``results.json``) on process 0; ``None`` on the others.
     """
     start = time.perf_counter()
-    attach_callbacks(trainer, run_callbacks(datamodule))
+    attach_callbacks(trainer, run_callbacks(datamodule, tail_test_epochs))
     try:
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
     except BaseException:
         discard_failed_run(trainer)  # a folder holding nothing to resume from
         raise
-    resumed = resume_history(trainer)
+    resumed = resume_history(trainer)  # before a test from a checkpoint restores its states
+    tail = tail_summary(trainer)
     test_metrics = None
     if test:
         test_metrics = test_last_and_best(model, datamodule, trainer)
@@ -121,6 +131,7 @@ def fit_and_test(
         test_metrics=test_metrics,
         config=config,
         resumed=resumed,
+        tail=tail,
     )
     if trainer.fast_dev_run:
         return results

@@ -11,6 +11,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from noisylabels.callbacks import TailTest
 from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run.checkpoints import resume_history
@@ -45,10 +46,13 @@ def build_results(
     best_val: dict[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
     resumed: list[dict[str, Any]] | None = None,
+    tail: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Collect the summary of a finished fit (+ test) into a JSON-ready dict. ``config``: the
     resolved command-line configuration, hashed into ``provenance``; ``resumed``: the fit's
-    :func:`resume_history` (read from the trainer when not given)."""
+    :func:`resume_history` and ``tail`` its :func:`tail_summary` (read from the trainer when not
+    given; a test from a checkpoint restores the callbacks' states of that checkpoint, so a
+    caller reads them before testing)."""
     path, epoch, score = best_checkpoint(trainer)
     monitor = getattr(trainer.checkpoint_callback, "monitor", None)
     val_acc = score if monitor == "val/acc" else None
@@ -60,6 +64,7 @@ def build_results(
     test_acc_last = _number((test_metrics or {}).get("test/acc_last"))
     hp = dict(getattr(model, "hparams", {}))
     ours = isinstance(datamodule, NoisyDataModule)
+    tail = tail_summary(trainer) if tail is None else tail
     return {
         "method": getattr(model, "method_name", type(model).__name__),
         "alpha": hp.get("alpha"),
@@ -76,7 +81,10 @@ def build_results(
         "test_acc": test_acc,
         "last_epoch": trainer.current_epoch - 1 if trainer.current_epoch > 0 else None,
         "test_acc_last": test_acc_last,
+        "test_acc_tail_mean": None if tail is None else tail["mean"],
+        "test_acc_tail": tail,
         "estimation_epoch": getattr(model, "estimation_epoch", None),
+        "t_estimate": getattr(model, "estimate_details", None),
         "t_estimation_error": (
             model.t_estimation_error() if isinstance(model, NoisyLabelMethod) else None
         ),
@@ -85,6 +93,14 @@ def build_results(
         "resumed": resume_history(trainer) if resumed is None else resumed,
         "provenance": provenance(model, datamodule, config),
     }
+
+
+def tail_summary(trainer: L.Trainer) -> dict[str, Any] | None:
+    """The :class:`~noisylabels.callbacks.TailTest` record of the run, ``None`` without one."""
+    for callback in trainer.callbacks:
+        if isinstance(callback, TailTest):
+            return callback.summary()
+    return None
 
 
 def write_results(results: dict[str, Any], path: str | Path) -> Path:

@@ -125,10 +125,16 @@ def sweep_main(args: argparse.Namespace, extra: list[str]) -> int:
     check_options(sweep, sweep.runs, extra)
     pending = [r for r in sweep.runs if not r.is_done()]
     total, done = len(sweep.runs), len(sweep.runs) - len(pending)
-    print(f"sweep {sweep.name}: {total} run(s) in {display_path(sweep.folder)}, {done} finished")
+    partial = sum(run.partial_checkpoint() is not None for run in pending)
+    print(
+        f"sweep {sweep.name}: {total} run(s) in {display_path(sweep.folder)}, {done} finished"
+        + (f", {partial} to resume from their last.ckpt" if partial else "")
+    )
     if args.dry_run:
         for run in sweep.runs:
             state = "done" if run not in pending else "to run"
+            if run in pending and run.partial_checkpoint() is not None:
+                state = "to resume"
             print(f"  [{state}] {run.name}: noisylabels {' '.join(run.fit_args(extra))}")
         return 0
     if not pending:

@@ -21,8 +21,10 @@ file and/or options) and rules that add options where axis values meet::
 Config paths are relative to the sweep file. An axis written as ``{values, options}`` sets each
 option to the value, and its folders are named ``<axis>-<value>`` (``seed-2``). Every run is
 one ``noisylabels fit`` process with ``--trainer.default_root_dir`` set to its folder; a folder
-holding a ``results.json`` is a finished run. Launching is in :mod:`noisylabels.sweep.launch`; the
-command line ``noisylabels sweep`` in :mod:`noisylabels.sweep.cli`.
+holding a ``results.json`` is a finished run, and a folder holding only a ``last.ckpt`` (a run
+that was stopped) is resumed from it (``--ckpt_path last``). Launching is in
+:mod:`noisylabels.sweep.launch`; the command line ``noisylabels sweep`` in
+:mod:`noisylabels.sweep.cli`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 CONFIG_KEY = "config"
 RESULTS_FILE = "results.json"
 RUN_FILE = "sweep_run.json"
+LAST_CHECKPOINT = "*/version_*/checkpoints/last.ckpt"  # under the run's logger folder
 SECTIONS = ("name", "base", "args", "axes", "rules")
 
 
@@ -68,6 +71,14 @@ class Run:
         """Whether a ``results.json`` exists under the run's folder (a finished run)."""
         return self.folder.is_dir() and any(self.folder.rglob(RESULTS_FILE))
 
+    def partial_checkpoint(self) -> Path | None:
+        """The ``last.ckpt`` of an unfinished run in the run's folder (the newest, where several
+        were started), which a new attempt resumes from; ``None`` for a finished or new run."""
+        if not self.folder.is_dir() or self.is_done():
+            return None
+        found = sorted(self.folder.glob(LAST_CHECKPOINT), key=lambda p: p.stat().st_mtime)
+        return found[-1] if found else None
+
     def fit_args(self, extra: Iterable[str] = ()) -> list[str]:
         """The arguments of ``noisylabels fit`` for this run: configs first, then options,
         no progress bar (its output goes to a log file), ``extra``, the run's folder."""
@@ -78,6 +89,8 @@ class Run:
             argv += [f"--{key}", format_value(value)]
         argv += ["--trainer.enable_progress_bar", "false", *extra]
         argv += ["--trainer.default_root_dir", display_path(self.folder)]
+        if self.partial_checkpoint() is not None:  # a stopped run goes on where it stopped
+            argv += ["--ckpt_path", "last"]
         return argv
 
 

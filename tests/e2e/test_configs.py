@@ -1,17 +1,25 @@
-"""Shipped configs: presets compose a data and a method group, groups parse and compose on the
-command line, and compose errors name their files."""
+"""Shipped configs: every preset is its row's protocol (the paper's, or the reference code's for
+the baselines, as docs/methods.md tabulates it), groups parse and compose on the command line,
+each paper α has one home, and compose errors name their files."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from conftest import CONFIGS
+from conftest import CONFIGS, REPO
 
-PRESETS = sorted(CONFIGS.glob("*.yaml"))
-GROUPS = sorted(p for group in ("data", "method", "trainer") for p in (CONFIGS / group).glob("*"))
+PRESETS = sorted(p for p in CONFIGS.glob("*.yaml") if p.stem != "quickstart")
+GROUPS = sorted(
+    p for group in ("data", "method", "trainer", "protocol") for p in (CONFIGS / group).glob("*")
+)
+DATASETS = ("mnist", "cifar10", "cifar100", "clothing1m")
+
+
 def resolve(capsys: pytest.CaptureFixture, *configs: Path | str, args: tuple = ()) -> dict:
     """The config ``noisylabels fit --config ... --print_config`` prints."""
     from noisylabels.cli import run
@@ -25,13 +33,17 @@ def resolve(capsys: pytest.CaptureFixture, *configs: Path | str, args: tuple = (
     return yaml.safe_load(capsys.readouterr().out)
 
 
-def test_presets_hold_only_overrides() -> None:
-    """A preset composes one data and one method group and sets few keys of its own."""
+def test_presets_compose_their_data_and_method_group() -> None:
+    """``<dataset>_<method>.yaml`` composes ``data/<dataset>.yaml``, ``method/<method>.yaml`` and at
+    most protocol files, and holds few settings of its own."""
+    assert len(PRESETS) == 4 * 14
     for preset in PRESETS:
+        dataset, _, method = preset.stem.partition("_")
         content = yaml.safe_load(preset.read_text())
-        data, method = content["compose"]
-        assert (CONFIGS / data).is_file() and data.startswith("data/"), preset.name
-        assert (CONFIGS / method).is_file() and method.startswith("method/"), preset.name
+        data, group, *protocols = content["compose"]
+        assert (data, group) == (f"data/{dataset}.yaml", f"method/{method}.yaml"), preset.name
+        assert all(p.startswith("protocol/") for p in protocols), preset.name
+        assert content["trainer"]["default_root_dir"] == f"runs/{preset.stem}", preset.name
         own = sum(len(v) if isinstance(v, dict) else 1 for k, v in content.items())
         assert own <= 8, f"{preset.name} repeats what its groups say"
 
@@ -39,19 +51,14 @@ def test_presets_hold_only_overrides() -> None:
 def test_groups_compose_on_the_command_line(capsys) -> None:
     """data + method groups given as repeated --config resolve like the preset of the pair."""
     preset = resolve(capsys, CONFIGS / "mnist_forward_vrnl.yaml")
+    root = ("--trainer.default_root_dir", "runs/mnist_forward_vrnl")
     composed = resolve(
-        capsys,
-        CONFIGS / "data" / "mnist.yaml",
-        CONFIGS / "method" / "forward_vrnl.yaml",
-        args=("--trainer.default_root_dir", "runs/mnist_forward_vrnl"),
+        capsys, CONFIGS / "data" / "mnist.yaml", CONFIGS / "method" / "forward_vrnl.yaml", args=root
     )
     assert composed == preset
     # order does not matter for disjoint groups: the data file may set the backbone first
     swapped = resolve(
-        capsys,
-        CONFIGS / "method" / "forward_vrnl.yaml",
-        CONFIGS / "data" / "mnist.yaml",
-        args=("--trainer.default_root_dir", "runs/mnist_forward_vrnl"),
+        capsys, CONFIGS / "method" / "forward_vrnl.yaml", CONFIGS / "data" / "mnist.yaml", args=root
     )
     assert swapped == preset
 
@@ -59,7 +66,12 @@ def test_groups_compose_on_the_command_line(capsys) -> None:
 def test_every_group_file_parses(capsys) -> None:
     for group in GROUPS:
         other = "method/ce.yaml" if "/data/" in str(group) else "data/digits.yaml"
-        resolve(capsys, CONFIGS / other, group)
+        if "/protocol/" in str(group):  # a protocol composes after a method
+            resolve(
+                capsys, CONFIGS / "data" / "digits.yaml", CONFIGS / "method/forward.yaml", group
+            )
+        else:
+            resolve(capsys, CONFIGS / other, group)
 
 
 def test_compose_errors_name_the_files(tmp_path: Path) -> None:
@@ -73,3 +85,143 @@ def test_compose_errors_name_the_files(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text("compose: [missing.yaml]\n")
     with pytest.raises(MissingFileError, match="missing.yaml"):
         run(["fit", "--config", str(tmp_path / "c.yaml"), "--print_config"])
+
+
+# ---------------------------------------------------------------- the paper's protocol
+PAPER_PROTOCOL = {  # Forward and Reweight under the paper's Table 1 protocol
+    "forward": {"warmup_model": "best", "warmup_momentum": 0.0, "main_stage_init": "reinit"},
+    "reweight": {"warmup_model": "best", "warmup_momentum": 0.0, "main_stage_init": "restart"},
+}
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_forward_and_reweight_presets_are_the_papers_protocol(capsys, dataset: str) -> None:
+    """T̂ estimated after an early-stopped warm-up without momentum (20 epochs; 15 on
+    CIFAR-100), then a new network for Forward and the estimation model for Reweight, and the
+    paper's 80 epochs (milestones 30, 60 of the corrected stage)."""
+    for method in ("forward", "forward_vrnl", "reweight", "reweight_vrnl"):
+        config = resolve(capsys, CONFIGS / f"{dataset}_{method}.yaml")
+        args = config["model"]["init_args"]
+        assert args["transition"] == "estimate" and args["estimator"] == "anchor", method
+        for key, value in PAPER_PROTOCOL[method.split("_")[0]].items():
+            assert args[key] == value, (dataset, method, key)
+        warmup = 15 if dataset == "cifar100" else 20
+        assert args["warmup_epochs"] == warmup
+        assert config["trainer"]["max_epochs"] == warmup + 80
+        assert args["milestones"] == [30, 60] and args["milestones_from"] == "main"
+        assert args["filter_outliers"] == (dataset != "cifar100")
+
+
+def test_true_t_is_one_composable_file(capsys) -> None:
+    """The paper's Fig.-1 protocol (the true T, 80 epochs) composes after a preset."""
+    config = resolve(capsys, CONFIGS / "mnist_forward_vrnl.yaml", CONFIGS / "protocol/true_t.yaml")
+    assert config["model"]["init_args"]["transition"] is True
+    assert config["trainer"]["max_epochs"] == 80
+    quickstart = resolve(capsys, CONFIGS / "quickstart.yaml")
+    assert quickstart["model"]["init_args"]["transition"] is True
+
+
+def test_each_paper_alpha_has_one_home(capsys) -> None:
+    """Forward/Reweight-VRNL 0.1 and VolMinNet-VRNL 0.05 in their method groups, VolMinNet-VRNL's
+    0.005 on MNIST and Clothing1M in those presets, 0.01 on pair noise in the sweeps' rules: no
+    other file sets them."""
+    expected = {
+        "method/forward_vrnl.yaml": 0.1,
+        "method/reweight_vrnl.yaml": 0.1,
+        "method/volmin_vrnl.yaml": 0.05,
+        "mnist_volmin_vrnl.yaml": 0.005,
+        "clothing1m_volmin_vrnl.yaml": 0.005,
+    }
+    paper_files = {
+        str(p.relative_to(CONFIGS))
+        for p in CONFIGS.rglob("*.yaml")
+        if re.search(r"^\s*alpha: (?!0\.0\b)", p.read_text(), re.M)
+        and "sweeps" not in p.parts
+        and not re.search(r"not a paper value", p.read_text())
+    }
+    assert paper_files == set(expected)
+    for name, alpha in expected.items():
+        if "/" not in name:
+            assert resolve(capsys, CONFIGS / name)["model"]["init_args"]["alpha"] == alpha
+
+
+# ---------------------------------------------------------------- the baselines' references
+def reference_table() -> list[dict[str, str]]:
+    """The rows of docs/methods.md's reference-protocol table."""
+    text = (REPO / "docs" / "methods.md").read_text()
+    block = text.split("<!-- reference-protocols: parsed by tests/e2e/test_configs.py -->")[1]
+    lines = block.strip().split("\n\n")[0].splitlines()  # the table, up to the blank line
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [
+        dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True))
+        for line in lines[2:]
+    ]
+
+
+def _number(value: float) -> str:
+    return f"{value:.0e}".replace("e-0", "e-") if value else "0"
+
+
+def protocol_row(config: dict[str, Any]) -> dict[str, str]:
+    """A resolved config in the columns of the reference table."""
+    args = config["model"]["init_args"]
+    optimizer = args["optimizer"]
+    warmup = args.get("warmup_epochs", 0) if args.get("transition", "estimate") else 0
+    stages = int(config["trainer"]["max_epochs"])
+    revision = int(args["revision_epochs"])
+    epochs = [warmup, stages - warmup - revision, revision] if warmup or revision else [stages]
+    epochs = [str(e) for e in epochs if e] if len(epochs) > 1 else [str(stages)]
+    if args["lr_schedule"] == "linear":
+        schedule = f"linear from {args['decay_start']}, β1 {args['decay_beta1']}"
+    elif args["milestones"]:
+        schedule = "÷10 at " + ", ".join(str(m) for m in args["milestones"])
+        if args["warmup_milestones"]:
+            warm = ", ".join(str(m) for m in args["warmup_milestones"])
+            schedule = f"warm-up ÷10 at {warm}; {schedule}"
+    else:
+        schedule = "constant"
+    momentum = "—"
+    if optimizer == "sgd":
+        warm = args["warmup_momentum"] if args["warmup_momentum"] is not None else args["momentum"]
+        momentum = f"{warm:g} / {args['momentum']:g}"
+    start = "—"
+    if warmup:
+        start = f"{args['warmup_model']} / {args['main_stage_init']}"
+    rev = "—"
+    if revision:
+        rev = (
+            f"adam {args['revision_lr']:.0e}, wd {_number(args['revision_weight_decay'])}, "
+            f"from {args['revision_model']}"
+        ).replace("e-07", "e-7")
+    return {
+        "optimizer": optimizer,
+        "lr": _number(args["lr"]),
+        "weight decay": _number(args["weight_decay"]),
+        "momentum": momentum,
+        "schedule": schedule,
+        "epochs": " + ".join(epochs),
+        "T̂ / start": start,
+        "revision": rev,
+    }
+
+
+def test_baseline_presets_follow_the_reference_table(capsys) -> None:
+    """Every baseline preset's resolved protocol is its row of docs/methods.md's table
+    (optimizer, lr, weight decay, momentum, schedule, epochs, warm-up, revision, and the
+    reported metric: ``tail`` runs record the last 10 epochs' test accuracy); the two-network
+    presets also feed the network unnormalised, unaugmented pixels, as their reference does."""
+    rows = reference_table()
+    assert {r["preset"] for r in rows} >= {
+        f"{d}_{m}"
+        for d in ("mnist", "cifar10", "cifar100")
+        for m in ("coteaching", "mentornet", "decoupling", "trevision", "forward_dualt", "ptd")
+    }
+    for row in rows:
+        config = resolve(capsys, CONFIGS / f"{row['preset']}.yaml")
+        expected = {k: v for k, v in row.items() if k not in ("preset", "reports")}
+        assert protocol_row(config) == expected, row["preset"]
+        tail = config.get("tail_test_epochs", 0)
+        assert (tail == 10) == (row["reports"] == "tail"), row["preset"]
+        if row["reports"] == "tail":
+            data = config["data"]["init_args"]
+            assert data["normalize"] is False and data["augment"] is False, row["preset"]

@@ -379,7 +379,7 @@ def test_trainer_configs_compose_after_a_dataset_config(run_cli, capsys, piece, 
     config = yaml.safe_load(capsys.readouterr().out)
     for key, value in expected.items():
         assert config["trainer"][key] == value, key
-    assert config["trainer"]["max_epochs"] == 80  # the dataset config's settings survive
+    assert config["trainer"]["max_epochs"] == 100  # the preset's settings survive
     assert config["model"]["init_args"]["backbone"] == "resnet18"
     assert config["model"]["init_args"]["variance_scope"] == "local"
     if piece == "ddp_cpu.yaml":

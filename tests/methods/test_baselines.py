@@ -17,13 +17,13 @@ from noisylabels.errors import InputError
 from noisylabels.methods import PTD, CoTeaching, Decoupling, MentorNet, TRevision
 from noisylabels.methods.core.losses import apply_transition
 from noisylabels.methods.selection import small_loss_mask
-from noisylabels.methods.trevision import revise_transition
 from noisylabels.noise import (
     anchor_transition,
     fit_part_transitions,
     part_noisy_posterior,
     part_transition,
     part_weights,
+    revise_transition,
 )
 
 from conftest import read_results

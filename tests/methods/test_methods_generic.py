@@ -122,7 +122,7 @@ def test_every_method_trains_through_the_cli(
     )
     results = read_results(tmp_path)
     assert results["method"] == f"{name}-VRNL"
-    assert cli.model.compile_mode == ("default" if compiled else None)
+    assert cli.model.speed.mode == ("default" if compiled else None)
     assert results["epochs"] == 2 and results["best_epoch"] == 1
     assert 0.0 <= results["test_acc"] <= 1.0
     model, metrics = cli.model, cli.trainer.callback_metrics  # after the test: test metrics

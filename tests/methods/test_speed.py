@@ -103,7 +103,7 @@ def test_compiled_step_equals_eager_step(name: str, backend: str) -> None:
         model.resolve_acceleration(CPU)
         if cls is Forward and kwargs["transition"] is True:
             model.store_transition(DIGITS_T)
-    assert eager.compile_mode is None and compiled.compile_mode == "default"
+    assert eager.speed.mode is None and compiled.speed.mode == "default"
     stages = ["warmup", "main"] if compiled.has_warmup_stage else ["main"]
     for stage in stages:
         if stage == "main" and compiled.has_warmup_stage:
@@ -189,7 +189,7 @@ def test_auto_resolves_by_device() -> None:
     assert not resolve_channels_last("auto", CPU) and resolve_channels_last("auto", CUDA)
     model = _model(CE, "auto")
     model.resolve_acceleration(CPU)
-    assert model.compile_mode is None and not model.channels_last_active
+    assert model.speed.mode is None and not model.speed.channels_last
     assert model.net._compiled_call_impl is None
 
 

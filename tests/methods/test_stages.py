@@ -175,7 +175,7 @@ def test_best_warmup_epoch_through_the_cli(run_cli, tmp_path, mnist_dir) -> None
     run_cli(
         "fit",
         "--config",
-        str(CONFIGS / "table1" / "mnist_forward_vrnl.yaml"),
+        str(CONFIGS / "mnist_forward_vrnl.yaml"),
         "--model.warmup_epochs",
         "3",
         "--trainer.max_epochs",

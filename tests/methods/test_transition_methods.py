@@ -100,7 +100,7 @@ def test_volmin_has_its_own_optimizer_for_T(t_optimizer: str) -> None:
     if t_optimizer == "sgd":
         assert group["momentum"] == 0.9
     assert all(p is not model.W for g in opt_net.param_groups for p in g["params"])
-    assert sch_net.milestones == sch_t.milestones == {3: 1, 7: 1}
+    assert sch_net._milestones() == sch_t._milestones() == {3: 1, 7: 1}
 
 
 class FixedLogits(nn.Module):
@@ -296,13 +296,13 @@ def test_dual_t_under_fast_dev_run(run_cli, tmp_path, mnist_dir, monkeypatch, fi
     """``--model.estimator dual_t`` reaches Dual-T with the filter setting; under fast_dev_run
     the warm-up is skipped so estimation and the corrected stage still run."""
     calls = []
-    real = transition_module.dual_t_transition
+    real = transition_module.dual_t_parts
 
     def spy(probs, labels, filter_outliers, quantile):
         calls.append((tuple(labels.shape), filter_outliers))
         return real(probs, labels, filter_outliers, quantile)
 
-    monkeypatch.setattr(transition_module, "dual_t_transition", spy)
+    monkeypatch.setattr(transition_module, "dual_t_parts", spy)
     cli = run_cli(
         "fit", "--config", str(CONFIGS / "mnist_forward.yaml"),
         "--model.transition", "estimate", "--model.estimator", "dual_t",
@@ -311,6 +311,9 @@ def test_dual_t_under_fast_dev_run(run_cli, tmp_path, mnist_dir, monkeypatch, fi
     )  # fmt: skip
     assert calls == [((32,), filter_outliers == "true")]
     assert cli.results["t_estimation_error"] is not None
+    details = cli.results["t_estimate"]  # the diagonals of T̂ and of the anchor estimate T♣
+    assert details["estimator"] == "dual_t"
+    assert len(details["diag"]) == len(details["anchor_diag"]) == 10
 
 
 def test_estimation_uses_outputs_without_augmentation(cifar10_dir) -> None:

@@ -99,6 +99,24 @@ def test_dry_run_prints_every_run_and_what_is_done(tmp_path: Path, capsys) -> No
     assert not (tmp_path / "runs" / "demo" / "forward_vrnl").exists()  # nothing ran
 
 
+def test_a_stopped_run_resumes_from_its_last_checkpoint(tmp_path: Path, capsys) -> None:
+    """A run folder with a ``last.ckpt`` and no results.json (a stopped run) is resumed with
+    ``--ckpt_path last``; new and finished runs are not."""
+    path = write_sweep(tmp_path)
+    folder = tmp_path / "runs" / "demo" / "forward" / "sym-0.2"
+    partial = folder / "seed-0" / "lightning_logs" / "version_0" / "checkpoints"
+    partial.mkdir(parents=True)
+    (partial / "last.ckpt").write_bytes(b"")
+    done = folder / "seed-1" / "lightning_logs" / "version_0"
+    (done / "checkpoints").mkdir(parents=True)
+    (done / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (done / "results.json").write_text("{}")
+    runs = {run.name: run for run in load_sweep(path, tmp_path / "runs").runs}
+    assert runs["forward/sym-0.2/seed-0"].fit_args()[-2:] == ["--ckpt_path", "last"]
+    assert "--ckpt_path" not in runs["forward/sym-0.2/seed-1"].fit_args()
+    assert "--ckpt_path" not in runs["forward/sym-0.2/seed-2"].fit_args()
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -1,35 +1,20 @@
 """The shared LightningModule of every method: backbone(s), optimization, stages, metrics, VRNL.
 
 A method subclasses :class:`NoisyLabelMethod` and defines :meth:`~NoisyLabelMethod.per_sample_loss`;
-it gets the VRNL objective ``mean(l) - alpha * Var(l)`` (VRNL paper, Eq. 1) by setting ``alpha``.
-What the base owns, so that a method is a small file:
-
-* the objective: :meth:`~NoisyLabelMethod.vrnl` turns per-sample losses (of all samples, or of
-  the ones a method selects) into the VRNL objective and records a typed
-  :class:`~noisylabels.methods.core.step.StepOutput` that the epoch statistics and callbacks
-  read;
-* the stages: ``warmup_epochs`` of plain cross-entropy (VRNL off, never selected as the best
-  checkpoint), an optional estimation point (:meth:`~NoisyLabelMethod.on_main_stage_start`,
-  e.g. estimating T̂), then the method's own objective. A
-  :class:`~noisylabels.methods.core.stages.StageSchedule` decides *when*; the base does *what*
-  (the best warm-up model, re-initialisation, optimizer resets);
-* networks and optimization (:mod:`~noisylabels.methods.core.staged`): one optimizer per
-  network; :meth:`~NoisyLabelMethod.add_network` gives a method further networks, validated and
-  tested beside network 0 (the one model selection and the clean test accuracy use); several
-  optimizers all step once per batch (manual optimization);
-* speed: :class:`~noisylabels.methods.core.acceleration.Acceleration` (compile, CUDA graphs,
-  channels-last).
-
-A method reads its data's facts (true T, noise rate, evaluation batches) through
-:meth:`~NoisyLabelMethod.data_facts`. A method is not a run: what a run records is attached by
-:mod:`noisylabels.run`. Methods with a transition matrix also override
+it gets the VRNL objective ``mean(l) - alpha * Var(l)`` (VRNL paper, Eq. 1) by setting ``alpha``:
+:meth:`~NoisyLabelMethod.vrnl` turns per-sample losses (of all samples, or of those a method
+selects) into the objective and records a typed :class:`~noisylabels.methods.core.step.StepOutput`
+for the epoch statistics and callbacks. Networks, stages and optimizers are the base's base
+(:mod:`~noisylabels.methods.core.staged`), speed an object it holds
+(:mod:`~noisylabels.methods.core.acceleration`). A method reads its data's facts (true T, noise
+rate, evaluation batches) through :meth:`~NoisyLabelMethod.data_facts`; what a run records is
+attached by :mod:`noisylabels.run`. Methods with a transition matrix also override
 :meth:`~NoisyLabelMethod.noisy_posterior` (``q = p @ T``, ``T`` row-stochastic:
 ``T[i, j] = P(noisy = j | clean = i)``) and :meth:`~NoisyLabelMethod.transition`.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -45,8 +30,8 @@ from noisylabels.methods.core.acceleration import Acceleration
 from noisylabels.methods.core.evaluation import split_logits
 from noisylabels.methods.core.staged import StagedModule
 from noisylabels.methods.core.stages import StageSchedule
-from noisylabels.methods.core.step import EpochStatistics, StepOutput
-from noisylabels.methods.core.vrnl import SCOPES
+from noisylabels.methods.core.step import EpochStatistics, StepOutput, named_metrics
+from noisylabels.methods.core.vrnl import SCOPES, warn_nonpositive_weights
 from noisylabels.models import build_backbone
 from noisylabels.noise import DataFacts, data_facts_of, estimation_error
 
@@ -77,6 +62,16 @@ class NoisyLabelMethod(StagedModule):
             ``restart`` (the estimation model, fresh optimizer state; T-Revision).
         warmup_momentum: SGD momentum during the warm-up (T-Revision and Dual-T: 0); ``None``
             keeps ``momentum``. The three warm-up options act only in runs with a warm-up.
+        warmup_milestones: LR milestones within the warm-up (epochs from 0; Dual-T: 50); the
+            method's own stage starts at ``lr`` again.
+        lr_schedule: ``multistep`` (``milestones``) or ``linear`` (Co-teaching: ``lr`` until
+            ``decay_start`` epochs into the method's stage, then linearly to 0 at its end, and
+            Adam's β1 = ``decay_beta1`` from there on).
+        decay_start, decay_beta1: see ``lr_schedule``.
+        revision_epochs: a revision stage of this many epochs ends the run (T-Revision, PTD:
+            Adam at ``revision_lr``, weight decay ``revision_weight_decay``, over the networks
+            and the method's own parameters, from the ``revision_model``: ``best`` or ``last``
+            model of the method's stage); 0: none.
         pretrained: start from ImageNet weights (``resnet50`` only; from torchvision's local
             cache or ``weights_path``).
         weights_path: a state-dict file of pretrained backbone weights.
@@ -114,6 +109,14 @@ class NoisyLabelMethod(StagedModule):
         warmup_model: str = "last",
         main_stage_init: str = "continue",
         warmup_momentum: float | None = None,
+        warmup_milestones: Sequence[int] = (),
+        lr_schedule: str = "multistep",
+        decay_start: int = 80,
+        decay_beta1: float | None = None,
+        revision_epochs: int = 0,
+        revision_model: str = "best",
+        revision_lr: float = 5e-7,
+        revision_weight_decay: float = 1e-4,
         pretrained: bool = False,
         weights_path: str | None = None,
         backbone_kwargs: dict[str, Any] | None = None,
@@ -131,8 +134,9 @@ class NoisyLabelMethod(StagedModule):
             raise InputError(
                 f"--model.optimizer must be one of {optim.OPTIMIZERS}, got {optimizer!r}"
             )
-        if lr <= 0:
-            raise InputError(f"--model.lr must be positive, got {lr}")
+        if lr <= 0 or revision_lr <= 0:
+            name, value = ("lr", lr) if lr <= 0 else ("revision_lr", revision_lr)
+            raise InputError(f"--model.{name} must be positive, got {value}")
         self.schedule = StageSchedule(
             warmup_epochs=int(warmup_epochs),
             warmup_model=warmup_model,
@@ -141,6 +145,13 @@ class NoisyLabelMethod(StagedModule):
             momentum=momentum,
             milestones=tuple(int(m) for m in milestones),
             milestones_from=milestones_from,
+            lr_gamma=float(lr_gamma),
+            warmup_milestones=tuple(int(m) for m in warmup_milestones),
+            lr_schedule=lr_schedule,
+            decay_start=int(decay_start),
+            decay_beta1=decay_beta1,
+            revision_epochs=int(revision_epochs),
+            revision_model=revision_model,
         )
         if warmup_momentum is not None and optimizer != "sgd":
             raise InputError(
@@ -158,6 +169,8 @@ class NoisyLabelMethod(StagedModule):
         self.test_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.val_loss = MeanMetric()
         self.init_stage_state()
+        if self.has_revision_stage:
+            self.automatic_optimization = False  # the revision's own optimizer
         # epoch statistics live outside the module's buffers: DDP broadcasts buffers from
         # rank 0 before every training forward, which would overwrite the other processes' sums
         self.epoch_stats = EpochStatistics()
@@ -278,16 +291,6 @@ class NoisyLabelMethod(StagedModule):
     def network_input(self, images: Tensor) -> Tensor:
         return self.speed.network_input(images)
 
-    @property
-    def compile_mode(self) -> str | None:
-        """The resolved compile mode (``None``: eager)."""
-        return self.speed.mode
-
-    @property
-    def channels_last_active(self) -> bool:
-        """Whether the networks run channels-last."""
-        return self.speed.channels_last
-
     def resolve_acceleration(self, device: torch.device, world_size: int = 1) -> None:
         """Resolve the speed options for ``device`` and compile what they ask (once)."""
         collective = world_size > 1 and self.variance_scope == "global"
@@ -305,7 +308,8 @@ class NoisyLabelMethod(StagedModule):
         self._steps = []
         loss = self.training_objective(batch)
         if not self.automatic_optimization:
-            optim.manual_step(self, loss)
+            count = len(self.trainer.optimizers)
+            optim.manual_step(self, loss, self.active_optimizers(count))
         return {"loss": loss, "steps": self._steps}
 
     def setup(self, stage: str) -> None:
@@ -321,23 +325,16 @@ class NoisyLabelMethod(StagedModule):
     def on_train_epoch_start(self) -> None:
         self.epoch_stats.reset()
         self.maybe_start_main_stage()
+        self.maybe_start_revision_stage()
 
     def on_train_epoch_end(self) -> None:
         by_network = self.epoch_stats.compute(
             lambda t: self.trainer.strategy.reduce(t, reduce_op="sum")
         )
-        for network, metrics in by_network.items():
-            prefix = "train/" if network == 0 else f"train/net{network}/"
-            acc = metrics.pop("acc")
-            self.log_dict({prefix + k: v for k, v in metrics.items()})
-            self.log(prefix + "acc", acc, prog_bar=network == 0)
+        for name, value in named_metrics(by_network).items():
+            self.log(name, value, prog_bar=name == "train/acc")
         frac = by_network.get(0, {}).get("nonpositive_weight_frac", 0.0)
-        if frac > self.hparams.weight_warning and self.alpha != 0:
-            warnings.warn(
-                f"alpha={self.alpha}: {frac:.1%} of this epoch's samples got a non-positive VRNL "
-                f"weight 1 + 2*alpha*(mean(l) - l_i); lower |alpha| so every weight stays positive",
-                stacklevel=1,
-            )
+        warn_nonpositive_weights(frac, self.alpha, self.hparams.weight_warning)
         if not self.automatic_optimization:
             optim.step_schedulers(self)
 

@@ -42,3 +42,31 @@ def split_logits(
     finally:
         for module, mode in modes.items():
             module.train(mode)
+
+
+@torch.no_grad()
+def network_accuracies(
+    method: L.LightningModule,
+    facts: DataFacts,
+    split: str = "test",
+    rank: int = 0,
+    world_size: int = 1,
+) -> Tensor:
+    """``(correct per network..., samples)`` of ``method``'s networks over a split of ``facts``
+    (``test``: the clean test set), each network's clean posterior's argmax against the split's
+    labels, in eval mode (restored afterwards); this process's share of the batches."""
+    modes = {m: m.training for m in method.modules()}
+    method.eval()
+    counts = torch.zeros(len(method.networks) + 1, dtype=torch.long, device=method.device)
+    try:
+        for batch in facts.eval_batches(method.device, None, rank, world_size, split):
+            for k in range(len(method.networks)):
+                method.speed.begin_step()
+                with method.trainer.precision_plugin.forward_context():
+                    logits = method.network_logits(batch["image"], k)
+                counts[k] += (logits.argmax(1) == batch["label"]).sum()
+            counts[-1] += len(batch["label"])
+    finally:
+        for module, mode in modes.items():
+            module.train(mode)
+    return counts

@@ -48,19 +48,24 @@ def reset_state(optimizers: Iterable[Any]) -> None:
         optimizer.state.clear()
 
 
-def manual_step(module: L.LightningModule, loss: Tensor) -> None:
-    """Backpropagate ``loss`` and step every optimizer of ``module`` once (manual optimization).
+def manual_step(
+    module: L.LightningModule, loss: Tensor, active: Sequence[int] | None = None
+) -> None:
+    """Backpropagate ``loss`` and step the ``active`` optimizers of ``module`` (indices; all by
+    default) once (manual optimization).
 
     With one optimizer per network and networks with disjoint parameters, backpropagating the
     sum of the networks' objectives gives each network the gradient of its own.
 
-    The first optimizer steps through Lightning, so one batch is one ``global_step``
+    The first active optimizer steps through Lightning, so one batch is one ``global_step``
     (``max_steps``, ``fast_dev_run``); the others step their plain torch optimizer, through the
     precision plugin's loss scaler where there is one (16-bit mixed precision: it unscales and
     skips the step on inf/nan) before the first one's step updates the scale.
     """
     optimizers = module.optimizers()
     optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+    if active is not None:
+        optimizers = [optimizers[i] for i in active]
     for optimizer in optimizers:
         optimizer.zero_grad()
     module.manual_backward(loss)

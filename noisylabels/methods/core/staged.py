@@ -31,14 +31,14 @@ from noisylabels.errors import InputError
 from noisylabels.methods.core import optim
 from noisylabels.methods.core.losses import cross_entropy
 from noisylabels.methods.core.networks import load_network_state, network_state
-from noisylabels.methods.core.stages import StageSchedule
+from noisylabels.methods.core.stages import StagedLR, StageSchedule
 
 CHECKPOINT_KEY = "stage_schedule"
 
 
 class StagedModule(L.LightningModule):
-    """A LightningModule of one or more networks whose training has a warm-up stage and the
-    method's own stage."""
+    """A LightningModule of one or more networks whose training has a warm-up stage, the
+    method's own stage and a revision stage (each where the run has it)."""
 
     schedule: StageSchedule
     net: nn.Module
@@ -74,6 +74,15 @@ class StagedModule(L.LightningModule):
     def on_main_stage_start(self) -> None:
         """Called once when the method's own stage begins after a warm-up (the estimation
         point, e.g. of T̂); the model is the warm-up model ``warmup_model`` names."""
+
+    def on_revision_start(self) -> None:
+        """Called once when the revision stage begins, on the model ``revision_model`` names
+        (e.g. T-Revision sets ΔT to 0)."""
+
+    def revision_parameters(self) -> list[nn.Parameter]:
+        """What the revision stage's optimizer moves: every parameter of the method (the
+        networks and, e.g., ΔT), as T-Revision's and PTD's revision stages do."""
+        return list(self.parameters())
 
     # ---------------------------------------------------------------- networks
     def add_network(self) -> nn.Module:
@@ -119,8 +128,13 @@ class StagedModule(L.LightningModule):
         return optim.make_optimizer(params, name, lr, weight_decay, self.stage_momentum())
 
     def make_scheduler(self, optimizer: Any) -> Any:
-        """MultiStepLR at the stage's milestones (shared by every optimizer of a method)."""
-        return optim.multistep(optimizer, self.stage_milestones(), self.hparams.lr_gamma)
+        """The run's learning rate per epoch (:class:`~noisylabels.methods.core.stages.StagedLR`:
+        warm-up milestones, then ``multistep`` or ``linear``), for every optimizer of the
+        method's stage."""
+        trainer = self._trainer
+        max_epochs = None if trainer is None else trainer.max_epochs
+        main_end = self.schedule.revision_start(max_epochs, self.revision_length())
+        return StagedLR(optimizer, self.schedule, self.warmup_length(), main_end or max_epochs)
 
     def configure_optimizers(self) -> Any:
         """One optimizer (with its LR schedule) per network; several networks train by manual
@@ -130,10 +144,30 @@ class StagedModule(L.LightningModule):
             self.make_optimizer(net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
             for net in self.networks
         ]
-        schedulers = [self.make_scheduler(opt) for opt in optimizers]
+        return self.with_revision(optimizers, [self.make_scheduler(o) for o in optimizers])
+
+    def with_revision(self, optimizers: list[Any], schedulers: list[Any]) -> Any:
+        """What ``configure_optimizers`` returns for ``optimizers`` and ``schedulers`` of the
+        warm-up and the method's stage, with the revision stage's own optimizer (Adam at
+        ``revision_lr`` over :meth:`revision_parameters`, constant rate) last where the run has
+        a revision stage."""
+        if self.has_revision_stage:
+            hp = self.hparams
+            params = self.revision_parameters()
+            optimizers = [
+                *optimizers,
+                optim.make_optimizer(params, "adam", hp.revision_lr, hp.revision_weight_decay),
+            ]
         if len(optimizers) == 1:
             return {"optimizer": optimizers[0], "lr_scheduler": schedulers[0]}
         return optimizers, schedulers
+
+    def active_optimizers(self, count: int) -> list[int]:
+        """Which of the ``count`` optimizers step in the current stage: the revision's alone in
+        the revision stage, the others before it."""
+        if not self.has_revision_stage:
+            return list(range(count))
+        return [count - 1] if self.in_revision else list(range(count - 1))
 
     # ---------------------------------------------------------------- state
     def init_stage_state(self) -> None:
@@ -142,10 +176,14 @@ class StagedModule(L.LightningModule):
         self.peers = nn.ModuleList()  # networks 1, 2, ... of add_network
         self.peer_metrics = nn.ModuleList()
         self.register_buffer("main_started", torch.tensor(False))
-        self._main_started = False
-        # warmup_model: best: {"epoch", "score", "state"} of the best warm-up epoch so far
+        self.register_buffer("revision_started", torch.tensor(False))
+        self._main_started = self._revision_started = False
+        # warmup_model: best: {"epoch", "score", "state"} of the best warm-up epoch so far;
+        # revision_model: best: the same of the method's stage
         self._warmup_best: dict[str, Any] | None = None
+        self._main_best: dict[str, Any] | None = None
         self.estimation_epoch: int | None = None
+        self.estimate_details: dict[str, Any] | None = None  # what an estimation point found
         self.register_load_state_dict_post_hook(_sync_stage_flag)
 
     @property
@@ -153,6 +191,21 @@ class StagedModule(L.LightningModule):
         """``True`` while the run is in its warm-up stage: plain cross-entropy, VRNL off, and
         checkpoint selection skips these epochs."""
         return self.has_warmup_stage and not self._main_started
+
+    @property
+    def has_revision_stage(self) -> bool:
+        """Whether the run ends with a revision stage (``revision_epochs > 0``)."""
+        return int(self.schedule.revision_epochs) > 0
+
+    @property
+    def in_revision(self) -> bool:
+        """``True`` in the revision stage."""
+        return self._revision_started
+
+    def revision_length(self) -> int:
+        """Revision epochs of this run (none under ``fast_dev_run``)."""
+        trainer = self._trainer
+        return self.schedule.revision_length(trainer is not None and bool(trainer.fast_dev_run))
 
     def warmup_length(self) -> int:
         """Warm-up epochs of this run (0 without a warm-up stage, and under ``fast_dev_run`` so
@@ -177,21 +230,31 @@ class StagedModule(L.LightningModule):
             return cross_entropy(logits, batch["label"])
         return self.per_sample_loss(logits, batch)
 
-    # ---------------------------------------------------------------- the best warm-up model
+    # ---------------------------------------------------------------- the best models
     def record_warmup_score(self, score: float | Tensor) -> None:
-        """At the end of a warm-up validation epoch: with ``warmup_model: best``, keep a copy of
-        the model if its noisy-validation accuracy ``score`` is the best of the warm-up so far
-        (the earliest epoch wins a tie). A tensor ``score`` is read to the host only then."""
+        """At the end of a validation epoch: keep a copy of the model if its noisy-validation
+        accuracy ``score`` is the best of its stage so far (the earliest epoch wins a tie), in
+        the warm-up with ``warmup_model: best`` and in the method's stage before a revision
+        with ``revision_model: best``. A tensor ``score`` is read to the host only then."""
         trainer = self._trainer
-        if not self.in_warmup or not self.schedule.keeps_best_warmup:
-            return
         if trainer is not None and trainer.sanity_checking:
             return
+        if self.in_warmup and self.schedule.keeps_best_warmup:
+            self._warmup_best = self._better(self._warmup_best, score)
+        elif (
+            not self.in_warmup
+            and not self.in_revision
+            and self.revision_length() > 0
+            and self.schedule.revision_model == "best"
+        ):
+            self._main_best = self._better(self._main_best, score)
+
+    def _better(self, best: dict[str, Any] | None, score: float | Tensor) -> dict[str, Any]:
         score = float(score)
-        best = self._warmup_best
         if best is None or score > best["score"]:
             state = self.network_state(device="cpu")
-            self._warmup_best = {"epoch": self.current_epoch, "score": score, "state": state}
+            return {"epoch": self.current_epoch, "score": score, "state": state}
+        return best
 
     def network_state(self, device: str | torch.device | None = None) -> dict[str, Any]:
         """A copy of the networks' weights and buffers by name."""
@@ -242,6 +305,33 @@ class StagedModule(L.LightningModule):
         self.main_started.fill_(True)
         self._main_started = True
 
+    def maybe_start_revision_stage(self) -> None:
+        """Begin the revision stage if its first epoch has come (at a training epoch's start)."""
+        trainer = self._trainer
+        if self.in_revision or self.in_warmup or trainer is None:
+            return
+        start = self.schedule.revision_start(trainer.max_epochs, self.revision_length())
+        if start is not None and self.current_epoch >= start:
+            self.start_revision_stage()
+
+    def start_revision_stage(self) -> None:
+        """Begin the revision stage now: the best (or last) model of the method's stage,
+        :meth:`on_revision_start`, and a fresh state for the revision's own optimizer."""
+        best = self._main_best
+        if best is not None and self.schedule.revision_model == "best":
+            self.load_network_state(best["state"])
+            rank_zero_info(
+                f"{type(self).__name__}: the revision starts from the model of epoch "
+                f"{best['epoch']} (best noisy-validation accuracy, {best['score']:.4f})"
+            )
+        self.on_revision_start()
+        optimizers = self._torch_optimizers()
+        if optimizers:
+            optim.reset_state(optimizers[-1:])
+        self._main_best = None
+        self.revision_started.fill_(True)
+        self._revision_started = True
+
     def reinit_networks(self) -> None:
         """Give the networks newly initialised weights (:meth:`build_network`), in place (the
         optimizers keep their parameters) and identical on every process."""
@@ -259,16 +349,24 @@ class StagedModule(L.LightningModule):
         return list(trainer.optimizers) if trainer is not None else []
 
     def check_stages_fit(self) -> None:
-        """Refuse a warm-up that leaves no epoch of the method's own stage."""
+        """Refuse a warm-up and a revision that leave no epoch of the method's own stage."""
         trainer = self._trainer
-        if not self.in_warmup or trainer is None or trainer.fast_dev_run:
+        if trainer is None or trainer.fast_dev_run:
             return
-        warmup, max_epochs = self.warmup_length(), trainer.max_epochs
-        if self.schedule.leaves_no_main_epoch(warmup, max_epochs):
+        warmup, revision, max_epochs = (
+            self.warmup_length(),
+            self.revision_length(),
+            trainer.max_epochs,
+        )
+        if self.schedule.leaves_no_main_epoch(warmup, max_epochs, revision):
+            stages = f"warmup_epochs={warmup} leaves"
+            options = "--model.warmup_epochs"
+            if revision:
+                stages = f"warmup_epochs={warmup} and revision_epochs={revision} leave"
+                options = "--model.warmup_epochs or --model.revision_epochs"
             raise InputError(
-                f"warmup_epochs={warmup} leaves no epoch of the method's own stage with "
-                f"max_epochs={max_epochs}; lower --model.warmup_epochs or raise "
-                "--trainer.max_epochs"
+                f"{stages} no epoch of the method's own stage with max_epochs={max_epochs}; "
+                f"lower {options} or raise --trainer.max_epochs"
             )
 
     # ---------------------------------------------------------------- checkpoints
@@ -277,7 +375,9 @@ class StagedModule(L.LightningModule):
         # and the epoch T̂ was estimated from
         checkpoint[CHECKPOINT_KEY] = {
             "warmup_best": self._warmup_best,
+            "main_best": self._main_best,
             "estimation_epoch": self.estimation_epoch,
+            "estimate_details": self.estimate_details,
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -285,12 +385,17 @@ class StagedModule(L.LightningModule):
         state = checkpoint.get("state_dict")
         if state is not None and "main_started" not in state:
             state["main_started"] = state.pop("t_ready", torch.tensor(False))
+        if state is not None:  # checkpoints from before the revision stage existed
+            state.setdefault("revision_started", torch.tensor(False))
         saved = checkpoint.get(CHECKPOINT_KEY)
         if isinstance(saved, Mapping):
             self._warmup_best = saved.get("warmup_best")
+            self._main_best = saved.get("main_best")
             self.estimation_epoch = saved.get("estimation_epoch")
+            self.estimate_details = saved.get("estimate_details")
 
 
 def _sync_stage_flag(module: nn.Module, incompatible_keys: Any) -> None:
-    """After ``load_state_dict``: mirror the loaded ``main_started`` buffer in the Python flag."""
+    """After ``load_state_dict``: mirror the loaded stage buffers in the Python flags."""
     module._main_started = bool(module.main_started)
+    module._revision_started = bool(module.revision_started)

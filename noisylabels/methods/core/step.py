@@ -106,3 +106,14 @@ class EpochStatistics:
                 "acc": values["correct"] / seen,
             }
         return metrics
+
+
+def named_metrics(by_network: dict[int, dict[str, float]]) -> dict[str, float]:
+    """:meth:`EpochStatistics.compute`'s metrics under their logged names: ``train/<name>`` for
+    network 0, ``train/net{k}/<name>`` for the others (accuracy last)."""
+    named: dict[str, float] = {}
+    for network, metrics in by_network.items():
+        prefix = "train/" if network == 0 else f"train/net{network}/"
+        named.update({prefix + k: v for k, v in metrics.items() if k != "acc"})
+        named[prefix + "acc"] = metrics["acc"]
+    return named

@@ -17,6 +17,7 @@ gradient of the objective on the concatenated batch.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,3 +113,14 @@ def vrnl_objective(
         if mask is not None:
             weights = torch.where(mask, weights, 0.0)
     return VRNLOutput(objective, mean.detach(), variance.detach(), weights)
+
+
+def warn_nonpositive_weights(fraction: float, alpha: float, threshold: float) -> None:
+    """Warn when more than ``threshold`` of an epoch's samples got a non-positive VRNL weight
+    ``1 + 2 alpha (mean(l) - l_i)`` (``fraction``): ``alpha`` is then too large."""
+    if fraction > threshold and alpha != 0:
+        warnings.warn(
+            f"alpha={alpha}: {fraction:.1%} of this epoch's samples got a non-positive VRNL "
+            f"weight 1 + 2*alpha*(mean(l) - l_i); lower |alpha| so every weight stays positive",
+            stacklevel=3,
+        )
