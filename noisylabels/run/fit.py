@@ -28,9 +28,14 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback, Checkpoint
 
-from noisylabels.callbacks import DivergenceGuard, TailTest, TransitionMonitor
+from noisylabels.callbacks import DivergenceGuard, EpochLog, TailTest, TransitionMonitor
 from noisylabels.data import NoisyDataModule
-from noisylabels.run.artifacts import NoiseRecorder, run_dir, write_transition_estimate
+from noisylabels.run.artifacts import (
+    NoiseRecorder,
+    log_hp_metric,
+    run_dir,
+    write_transition_estimate,
+)
 from noisylabels.run.checkpoints import LastCheckpoint, discard_failed_run, resume_history
 from noisylabels.run.results import build_results, tail_summary, write_results
 
@@ -42,13 +47,15 @@ def run_callbacks(
     datamodule: L.LightningDataModule | None = None, tail_test_epochs: int = 0
 ) -> list[Callback]:
     """The callbacks of every run: the noise and its T (``noise.pt``, ``transition.csv``), T̂ and
-    ε_T, the stop on a NaN/Inf loss, ``checkpoints/last.ckpt`` to resume from, and whatever the
-    data module needs (e.g. a skipped-image report); with ``tail_test_epochs``, the clean test
-    accuracy of every network over that many last epochs (:class:`TailTest`)."""
+    ε_T, the stop on a NaN/Inf loss, a line per epoch where there is no progress bar,
+    ``checkpoints/last.ckpt`` to resume from, and whatever the data module needs (e.g. a
+    skipped-image report); with ``tail_test_epochs``, the clean test accuracy of every network
+    over that many last epochs (:class:`TailTest`)."""
     callbacks: list[Callback] = [
         NoiseRecorder(),
         TransitionMonitor(),
         DivergenceGuard(),
+        EpochLog(),
         LastCheckpoint(),
     ]
     if tail_test_epochs:
@@ -135,6 +142,7 @@ def fit_and_test(
     )
     if trainer.fast_dev_run:
         return results
+    log_hp_metric(trainer, results["test_acc"])
     folder = run_dir(trainer)
     write_transition_estimate(folder, model)
     write_results(results, folder / RESULTS_FILE)
