@@ -30,8 +30,9 @@ from noisylabels.errors import option_error, user_error
 from noisylabels.methods import NoisyLabelMethod, describe_methods
 from noisylabels.run import resume
 from noisylabels.run.artifacts import run_dir
-from noisylabels.run.checkpoints import WarmupAwareCheckpoint
+from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
 from noisylabels.run.compose import ComposedConfigFile
+from noisylabels.run.defaults import config_block
 from noisylabels.run.fit import fit_and_test
 
 # the paper's protocol and the project's layout, where a config does not say otherwise
@@ -51,10 +52,9 @@ class SaveConfigToTensorBoard(SaveConfigCallback):
 
     def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
         text = self.parser.dump(self.config, skip_none=False)
-        block = "\n".join("    " + line for line in text.splitlines())  # markdown code block
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
-                logger.experiment.add_text("config", block)
+                logger.experiment.add_text("config", config_block(text))
 
 
 class HelpFormatter(DefaultHelpFormatter):
@@ -100,10 +100,7 @@ class NoisyLabelsCLI(LightningCLI):
             {
                 # the per-subset loss curves; --trainer.callbacks '[]' drops them
                 "trainer.callbacks": [{"class_path": "noisylabels.callbacks.SubsetStatistics"}],
-                "checkpoint.monitor": "val/acc",
-                "checkpoint.mode": "max",
-                "checkpoint.filename": "best-epoch{epoch:03d}",
-                "checkpoint.auto_insert_metric_name": False,
+                **{f"checkpoint.{key}": value for key, value in BEST_CHECKPOINT.items()},
             }
         )
         parser.add_argument(
@@ -189,6 +186,10 @@ class NoisyLabelsCLI(LightningCLI):
             seed=self._setting("seed_everything"),
             config=self.config[self.subcommand].as_dict(),
             tail_test_epochs=int(self._setting("tail_test_epochs") or 0),
+            # the command line's checkpoint, statistics and config.yaml are its options'
+            select_best=False,
+            subset_statistics=False,
+            save_config=False,
         )
         self.results = results
         if results is None:
