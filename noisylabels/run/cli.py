@@ -298,8 +298,9 @@ def constructor_error(err: BaseException) -> InputError | None:
     if not named:
         return None
     base, group = named[0]
-    found = re.search(r"class_path='([\w.]+)'", message)
-    name = found.group(1) if found else base.__name__
+    # the given value's class_path comes after its init_args (which may hold others)
+    found = re.findall(r"class_path='([\w.]+)'", message)
+    name = found[-1] if found else base.__name__
     return InputError(
         f"--{group} ({name}): {cause}. Its options: noisylabels fit --{group}.help {name}"
     )
