@@ -4,11 +4,15 @@ functions of an epoch's per-sample buffer (no Lightning).
 Per sample: the method's training loss, ``ce_noisy = -log q_{y~}`` with the method's noisy
 posterior ``q`` (``q = p @ T`` for transition methods, ``T`` row-stochastic,
 ``T[i, j] = P(noisy = j | clean = i)``), ``ce_clean = -log p_y`` and the VRNL weight; per subset
-(mislabeled, correct, clean label unknown) their means, population stds and counts.
+(mislabeled, correct, clean label unknown) their means, population stds and counts; and
+``subsets.csv``, an epoch's statistics as a row of a file any tool reads.
 """
 
 from __future__ import annotations
 
+import csv
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +25,9 @@ SUBSETS = ("mislabeled", "correct")
 LOSSES = ("loss", "ce_noisy", "ce_clean")
 PREFIX = "subsets"
 
+CSV_FILE = "subsets.csv"
+EPOCH_COLUMN = "epoch"
+
 # columns after the C logits of the per-sample buffer
 _LOSS, _WEIGHT, _SEEN_LOSS, _SEEN_WEIGHT = range(4)
 
@@ -28,6 +35,37 @@ _LOSS, _WEIGHT, _SEEN_LOSS, _SEEN_WEIGHT = range(4)
 def tag(quantity: str, subset: str) -> str:
     """TensorBoard tag of a statistic, e.g. ``subsets/ce_noisy_mean/mislabeled``."""
     return f"{PREFIX}/{quantity}/{subset}"
+
+
+def csv_columns() -> list[str]:
+    """The columns of ``subsets.csv``: ``epoch`` (from 0), then every statistic by its tag."""
+    per_subset = [f"{q}_{m}" for m in ("mean", "std") for q in LOSSES]
+    per_subset += ["weight_mean", "nonpositive_weight_frac"]
+    columns = [EPOCH_COLUMN] + [tag(name, s) for name in per_subset for s in SUBSETS]
+    columns.append(tag("nonpositive_weight_frac", "all"))
+    columns += [tag("count", s) for s in (*SUBSETS, "unknown")]
+    return columns
+
+
+def write_csv_row(path: str | Path, epoch: int, scalars: dict[str, float]) -> None:
+    """Set ``epoch``'s row of the CSV file ``path`` to ``scalars`` (by tag; a statistic left
+    out is an empty cell). Rows of this epoch and later ones are dropped first, so a resumed
+    run that redoes an epoch leaves one row per epoch. The file is replaced atomically."""
+    path = Path(path)
+    columns = csv_columns()
+    rows: list[dict[str, str]] = []
+    if path.is_file():
+        with path.open(newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if int(r[EPOCH_COLUMN]) < epoch]
+    row = {EPOCH_COLUMN: str(epoch)}
+    row.update({name: repr(float(v)) for name, v in scalars.items() if name in columns})
+    rows.append(row)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns, restval="", extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
 
 
 def custom_scalars_layout() -> dict[str, dict[str, list[Any]]]:

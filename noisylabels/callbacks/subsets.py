@@ -4,8 +4,9 @@ The VRNL paper ("Do We Need to Penalize Variance of Losses for Learning with Lab
 argues with these curves: the average training loss of mislabeled and of correctly labeled
 samples over training (its Fig. 1), and the cross-entropy of the clean posterior against the
 clean label and of the noisy posterior against the noisy label, mean and std per subset (its
-Figs. 4 and 5). :class:`SubsetStatistics` records them for any run and writes them to
-TensorBoard; ``noisylabels plot`` draws the paper-style figures from the event files.
+Figs. 4 and 5). :class:`SubsetStatistics` records them for any run, writes them to the run
+folder as ``subsets.csv`` (one row per recorded epoch, whatever the logger) and to TensorBoard;
+``noisylabels plot`` draws the paper-style figures from either.
 
 Per sample ``i`` with clean posterior ``p = softmax(z_i)``, noisy label ``y~_i`` and clean label
 ``y_i`` the callback keeps:
@@ -39,13 +40,16 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
+from noisylabels.callbacks.folder import run_dir
 from noisylabels.callbacks.subset_stats import (
+    CSV_FILE,
     PREFIX,
     custom_scalars_layout,
     fill_buffer,
     subset_ids,
     summarize,
     tag,
+    write_csv_row,
 )
 from noisylabels.methods.core.base import NoisyLabelMethod
 from noisylabels.noise import data_facts_of
@@ -59,9 +63,11 @@ class SubsetStatistics(L.Callback):
     Reproduces the quantities of the VRNL paper's Figs. 1, 4 and 5 (see the module docstring):
     per subset the mean and std of the method's training loss, of the noisy posterior's CE
     against the noisy label and of the clean posterior's CE against the clean label, the mean
-    VRNL weight ``w_i`` and the fraction of ``w_i <= 0``, plus loss histograms. Written to
-    TensorBoard as ``subsets/<quantity>/<subset>`` with step = epoch (0-based) and a Custom
-    Scalars layout overlaying the subsets; also logged to ``trainer.callback_metrics``.
+    VRNL weight ``w_i`` and the fraction of ``w_i <= 0``, plus loss histograms. Written to the
+    run folder as ``subsets.csv`` (a row per recorded epoch, a column per statistic, named by
+    its tag; not under ``fast_dev_run``), to TensorBoard as ``subsets/<quantity>/<subset>`` with
+    step = epoch (0-based) and a Custom Scalars layout overlaying the subsets; also logged to
+    ``trainer.callback_metrics``.
 
     Args:
         source: ``train_step`` reuses the losses the training steps computed (free; a sample's
@@ -237,6 +243,10 @@ class SubsetStatistics(L.Callback):
         for name, value in zip(scalars, logged, strict=True):
             pl_module.log(name, value, logger=False)
         epoch = trainer.current_epoch
+        if trainer.is_global_zero and not trainer.fast_dev_run:
+            folder = run_dir(trainer)
+            folder.mkdir(parents=True, exist_ok=True)
+            write_csv_row(folder / CSV_FILE, epoch, scalars)
         for logger in self._tensorboards(trainer):
             writer = logger.experiment
             for name, value in scalars.items():

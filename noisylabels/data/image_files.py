@@ -83,8 +83,7 @@ class ImageFileDataModule(NoisyDataModule):
         self.skipped = SkippedImages()
 
     def callbacks(self) -> list[L.Callback]:
-        """The skipped-image report (added to every run by the method's
-        ``configure_callbacks``)."""
+        """The skipped-image report (attached to every run by ``noisylabels.run``)."""
         return [SkippedImageReport()]
 
     def _array(self, split: str) -> str:

@@ -181,8 +181,9 @@ class NoisyDataModule(L.LightningDataModule):
         return torch.as_tensor(images).reshape(len(images), -1)
 
     def callbacks(self) -> list[L.Callback]:
-        """Callbacks this data module needs in every run (none by default); the method's
-        ``configure_callbacks`` adds them, so ``Trainer.fit`` and ``noisylabels fit`` agree."""
+        """Callbacks this data module needs in every run (none by default); the run attaches
+        them (:func:`noisylabels.run.run_callbacks`), from the command line and from
+        ``noisylabels.run.fit_and_test`` alike."""
         return []
 
     def make_label_source(self, data: LoadedData) -> LabelSource:

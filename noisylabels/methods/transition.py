@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from noisylabels.errors import InputError, MissingFileError
@@ -31,6 +31,8 @@ from noisylabels.noise import (
 
 ESTIMATORS = ("anchor", "dual_t")
 ESTIMATE = "estimate"
+# a warm-up model within this fraction of the way from chance (1/C) to perfect is "near chance"
+NEAR_CHANCE = 0.1
 
 
 class TransitionMethod(NoisyLabelMethod):
@@ -223,4 +225,38 @@ def estimate_from_model(
         "diag": T_hat.diagonal().tolist(),
         **model.trainer.strategy.broadcast(details, src=0),
     }
+    val_acc = model.trainer.callback_metrics.get("val/acc")  # the last warm-up validation
+    warn_near_chance(T_hat, None if val_acc is None else float(val_acc))
     return T_hat
+
+
+def near_chance(value: float, num_classes: int) -> bool:
+    """Whether an accuracy-like ``value`` (a T̂ diagonal, a noisy-validation accuracy) is within
+    :data:`NEAR_CHANCE` of the way from chance (``1/C``) to 1."""
+    chance = 1.0 / num_classes
+    return value < chance + NEAR_CHANCE * (1.0 - chance)
+
+
+def warn_near_chance(T_hat: Tensor, warmup_val_acc: float | None = None) -> bool:
+    """Warn (and return ``True``) when T̂ (row-stochastic, ``T̂[i, j] ≈ P(noisy=j | clean=i)``)
+    comes from a warm-up model near chance: the mean of its diagonal, or the warm-up's
+    noisy-validation accuracy, close to ``1/C``. Such a T̂ says nothing about the noise (ε_T
+    near or above 1), and a method correcting with it learns little."""
+    c = T_hat.shape[0]
+    diag = float(T_hat.diagonal().mean())
+    if not (
+        near_chance(diag, c) or (warmup_val_acc is not None and near_chance(warmup_val_acc, c))
+    ):
+        return False
+    acc = (
+        ""
+        if warmup_val_acc is None
+        else f", warm-up noisy-validation accuracy {warmup_val_acc:.3f}"
+    )
+    rank_zero_warn(
+        f"T̂ was estimated from a warm-up model near chance (mean diagonal of T̂ {diag:.3f}{acc}; "
+        f"chance is 1/C = {1.0 / c:.3f}): it does not describe the noise, and the method "
+        "corrects with it from now on. Give the warm-up more epochs or a larger learning rate "
+        "(--model.warmup_epochs, --model.lr), or give T (--model.transition true or a T file)."
+    )
+    return True

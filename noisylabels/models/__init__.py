@@ -65,7 +65,16 @@ def build_backbone(
             f"Unknown backbone {name!r} (--model.backbone); "
             f"available: {', '.join(sorted(BACKBONES))}"
         ) from None
-    return factory(num_classes, tuple(input_shape), **kwargs)
+    try:
+        return factory(num_classes, tuple(input_shape), **kwargs)
+    except TypeError as err:
+        if not kwargs or "unexpected keyword argument" not in str(err):
+            raise
+        raise InputError(
+            f"--model.backbone_kwargs {kwargs} do not fit backbone {name!r} ({err}); give the "
+            f"arguments of {name!r}, or --model.backbone_kwargs '{{}}' for none (a config "
+            "composed for another backbone leaves its own here)"
+        ) from None
 
 
 __all__ = [

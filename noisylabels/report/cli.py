@@ -26,6 +26,7 @@ def build_parser() -> Any:
         prog="noisylabels report",
         description="Tables of test accuracy (mean ± std over seeds) from the results.json files "
         "under each RUNS_DIR; with --paired, VRNL against its base method seed by seed.",
+        allow_abbrev=False,
     )
     p.add_argument(
         "runs_dirs",

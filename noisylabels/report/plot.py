@@ -1,11 +1,13 @@
-"""``noisylabels plot``: the VRNL paper's loss figures from the TensorBoard event files of runs.
+"""``noisylabels plot``: the VRNL paper's loss figures from the per-subset statistics of runs.
 
 ``--kind loss`` (default) draws Fig.-1-style panels: the average training loss of correctly
 labeled and of mislabeled samples per epoch, one panel per run (e.g. alpha = -0.1, 0, 0.1).
 ``--kind posteriors`` draws the Figs.-4/5-style grid: the cross-entropy of the clean posterior
 against the clean label (top row) and of the noisy posterior against the noisy label (bottom
 row), mean with a ±1 std band per subset (cut at 0), one column per run. The statistics are
-those the :class:`~noisylabels.callbacks.SubsetStatistics` callback writes during training.
+those the :class:`~noisylabels.callbacks.SubsetStatistics` callback writes during training: the
+run folder's ``subsets.csv`` (whatever the logger), or, for runs that have none (made before the
+file existed), the ``subsets/*`` scalars of its TensorBoard event files.
 
 Example::
 
@@ -16,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,7 @@ from typing import Any
 KINDS = ("loss", "posteriors")
 SUFFIXES = (".png", ".pdf", ".svg")
 MARKER = "subsets/loss_mean/correct"  # a tag every run with the callback has
+CSV_FILE = "subsets.csv"  # SubsetStatistics' file in the run folder: "epoch" (from 0), then tags
 STYLE = {  # the paper's colours: correct = blue dashed, mislabeled = orange solid
     "correct": {"color": "tab:blue", "linestyle": "--", "label": "correctly labeled"},
     "mislabeled": {"color": "tab:orange", "linestyle": "-", "label": "mislabeled"},
@@ -42,29 +46,37 @@ class Run:
         return self.series.get(f"subsets/{quantity}/{subset}")
 
 
-def find_event_dir(run_dir: Path) -> Path:
-    """The folder under ``run_dir`` whose event files hold subset statistics (newest if several).
+def _has_statistics(folder: Path) -> bool:
+    """Whether the event files in ``folder`` hold subset statistics."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 1})
+    acc.Reload()
+    return MARKER in acc.Tags().get("scalars", [])
+
+
+def find_statistics_dir(run_dir: Path) -> Path:
+    """The folder under ``run_dir`` that holds subset statistics (``subsets.csv`` or event files
+    with them; the newest if several).
 
     ``run_dir`` may be a run's log dir (``.../version_0``) or a root above it.
     """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     run_dir = Path(run_dir)
     if not run_dir.exists():
         raise FileNotFoundError(f"run dir {run_dir} does not exist")
-    folders = sorted({p.parent for p in run_dir.rglob("events.out.tfevents.*")})
-    candidates = []
-    for folder in folders:
-        acc = EventAccumulator(str(folder), size_guidance={"scalars": 1})
-        acc.Reload()
-        if MARKER in acc.Tags().get("scalars", []):
-            candidates.append(folder)
+    tables = {p.parent for p in run_dir.rglob(CSV_FILE)}
+    events = {p.parent for p in run_dir.rglob("events.out.tfevents.*")} - tables
+    candidates = sorted(tables | {f for f in events if _has_statistics(f)})
     if not candidates:
-        found = f"event files in {len(folders)} folder(s)" if folders else "no event files"
+        found = (
+            f"event files in {len(events)} folder(s)"
+            if events
+            else f"no {CSV_FILE}, no event files"
+        )
         raise FileNotFoundError(
-            f"{run_dir}: {found}, none with per-subset statistics; train with the "
-            "SubsetStatistics callback (--trainer.callbacks+=noisylabels.callbacks."
-            "SubsetStatistics) and a TensorBoard logger"
+            f"{run_dir}: {found}, none with per-subset statistics; they are written by the "
+            "SubsetStatistics callback, which noisylabels fit adds unless --trainer.callbacks "
+            "leaves it out (see docs/observability.md)"
         )
     newest = max(candidates, key=lambda f: max(p.stat().st_mtime for p in f.iterdir()))
     if len(candidates) > 1:
@@ -87,11 +99,27 @@ def default_label(event_dir: Path) -> str:
     return event_dir.parent.name if event_dir.name.startswith("version_") else event_dir.name
 
 
-def load_run(run_dir: Path, label: str | None = None) -> Run:
-    """Read the ``subsets/*`` scalars of a run (a step logged twice keeps its last value)."""
+def read_csv_series(path: Path) -> dict[str, tuple[list[int], list[float]]]:
+    """The statistics of a ``subsets.csv``: ``series[tag] = (epochs from 1, values)``; empty
+    cells (a subset without samples) are left out, a repeated epoch keeps its last row."""
+    by_tag: dict[str, dict[int, float]] = {}
+    with Path(path).open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            epoch = int(row.pop("epoch"))
+            for name, value in row.items():
+                if name and value not in (None, ""):
+                    by_tag.setdefault(name, {})[epoch] = float(value)
+    return {
+        name: ([e + 1 for e in sorted(steps)], [steps[e] for e in sorted(steps)])
+        for name, steps in by_tag.items()
+    }
+
+
+def read_event_series(folder: Path) -> dict[str, tuple[list[int], list[float]]]:
+    """The ``subsets/*`` scalars of the event files in ``folder``, as :func:`read_csv_series`
+    returns them (a step logged twice keeps its last value)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    folder = find_event_dir(run_dir)
     acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
     acc.Reload()
     series = {}
@@ -101,6 +129,14 @@ def load_run(run_dir: Path, label: str | None = None) -> Run:
         by_step = {e.step: e.value for e in acc.Scalars(name)}
         steps = sorted(by_step)
         series[name] = ([s + 1 for s in steps], [by_step[s] for s in steps])
+    return series
+
+
+def load_run(run_dir: Path, label: str | None = None) -> Run:
+    """Read the per-subset statistics of a run: its ``subsets.csv``, else its event files."""
+    folder = find_statistics_dir(run_dir)
+    table = folder / CSV_FILE
+    series = read_csv_series(table) if table.is_file() else read_event_series(folder)
     return Run(folder, label or default_label(folder), series)
 
 
@@ -203,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="noisylabels plot",
         description="Draw the VRNL paper's loss figures (mislabeled vs correctly labeled "
-        "samples per epoch) from runs trained with the SubsetStatistics callback.",
+        "samples per epoch) from runs trained with the SubsetStatistics callback (their "
+        "subsets.csv, or their TensorBoard event files).",
+        allow_abbrev=False,
     )
     parser.add_argument(
         "run_dirs",

@@ -1,6 +1,6 @@
 """What a run writes about its noise: the exact noisy labels and T (``noise.pt``,
 ``transition.csv``) at the start, the final T̂ and ε_T (``transition_estimate.csv``/``.json``) at
-the end, and :func:`run_dir`, the folder of a run."""
+the end, ``hp_metric``, and :func:`run_dir`, the folder of a run."""
 
 from __future__ import annotations
 
@@ -10,28 +10,18 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers import TensorBoardLogger
 
+from noisylabels.callbacks.folder import run_dir
 from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.noise import save_transition
 
 ESTIMATE_FILE = "transition_estimate.csv"
 ERROR_FILE = "transition_estimate.json"
+HP_METRIC = "hp_metric"  # the metric of TensorBoard's HParams tab
 
-
-def run_dir(trainer: L.Trainer) -> Path:
-    """The folder a run writes its logs, checkpoints and results to.
-
-    Unlike ``trainer.log_dir`` (a broadcast that every DDP process must join) this is local, so
-    rank-0-only code may call it; rank 0's answer is the run's folder.
-    """
-    loggers = trainer.loggers
-    if not loggers:
-        return Path(trainer.default_root_dir)
-    first = loggers[0]
-    path = first.log_dir if isinstance(first, (TensorBoardLogger, CSVLogger)) else first.save_dir
-    return Path(path or trainer.default_root_dir)
+__all__ = ["NoiseRecorder", "log_hp_metric", "run_dir", "write_transition_estimate"]
 
 
 class NoiseRecorder(L.Callback):
@@ -78,3 +68,16 @@ def write_transition_estimate(out: Path, model: Any) -> None:
         "t_estimation_error": model.t_estimation_error(T_hat),
     }
     (out / ERROR_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def log_hp_metric(trainer: L.Trainer, test_acc: float | None) -> None:
+    """Log the clean test accuracy as ``hp_metric`` to every logger (process 0), so that
+    TensorBoard's HParams tab shows it beside the hyperparameters (Lightning logs -1 there at
+    the start of a run); nothing where the run was not tested."""
+    if test_acc is None or not trainer.is_global_zero:
+        return
+    for logger in trainer.loggers:
+        logger.log_metrics({HP_METRIC: float(test_acc)}, step=trainer.global_step)
+        logger.save()
+        if isinstance(logger, TensorBoardLogger):
+            logger.experiment.flush()

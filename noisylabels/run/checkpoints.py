@@ -88,6 +88,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+# the best checkpoint of every run: highest noisy-validation accuracy, one file, named by its epoch
+BEST_CHECKPOINT: dict[str, Any] = {
+    "monitor": "val/acc",
+    "mode": "max",
+    "filename": "best-epoch{epoch:03d}",
+    "auto_insert_metric_name": False,
+}
+
+
 class WarmupAwareCheckpoint(ModelCheckpoint):
     """:class:`~lightning.pytorch.callbacks.ModelCheckpoint` that never keeps a checkpoint of a
     warm-up epoch (``pl_module.in_warmup``) as best/top-k, so model selection only sees the

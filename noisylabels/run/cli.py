@@ -12,6 +12,7 @@ paragraph).
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 from argparse import ArgumentError
@@ -26,16 +27,19 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from noisylabels.data import NoisyDataModule
-from noisylabels.errors import option_error, user_error
+from noisylabels.errors import InputError, option_error, user_error
 from noisylabels.methods import NoisyLabelMethod, describe_methods
 from noisylabels.run import resume
 from noisylabels.run.artifacts import run_dir
-from noisylabels.run.checkpoints import WarmupAwareCheckpoint
-from noisylabels.run.compose import ComposedConfigFile
+from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
+from noisylabels.run.compose import ComposedConfigFile, default_root_dir
+from noisylabels.run.defaults import config_block
 from noisylabels.run.fit import fit_and_test
+from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
 
-# the paper's protocol and the project's layout, where a config does not say otherwise
-TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": 80, "devices": 1, "default_root_dir": "runs"}
+# the paper's protocol, where a config does not say otherwise; a run folder named after the
+# config's data and method where no config names one (runs/<dataset>_<method>, see compose)
+TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": 80, "devices": 1, "default_root_dir": None}
 
 # --ckpt_path values Lightning resolves itself (for validate/test/predict after a fit)
 LIGHTNING_CKPT_NAMES = ("best", "hpc", "registry")
@@ -51,10 +55,9 @@ class SaveConfigToTensorBoard(SaveConfigCallback):
 
     def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
         text = self.parser.dump(self.config, skip_none=False)
-        block = "\n".join("    " + line for line in text.splitlines())  # markdown code block
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
-                logger.experiment.add_text("config", block)
+                logger.experiment.add_text("config", config_block(text))
 
 
 class HelpFormatter(DefaultHelpFormatter):
@@ -82,6 +85,7 @@ class NoisyLabelsCLI(LightningCLI):
         kwargs.setdefault("dump_header", [f"lightning.pytorch=={L.__version__}"])
         kwargs.setdefault("exit_on_error", False)  # parse errors: one paragraph, see run()
         kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # --trainer.max_epoch is not --trainer.max_epochs
         parser = self.parser_class(**kwargs)
         parser.add_argument(
             "-c",
@@ -100,10 +104,7 @@ class NoisyLabelsCLI(LightningCLI):
             {
                 # the per-subset loss curves; --trainer.callbacks '[]' drops them
                 "trainer.callbacks": [{"class_path": "noisylabels.callbacks.SubsetStatistics"}],
-                "checkpoint.monitor": "val/acc",
-                "checkpoint.mode": "max",
-                "checkpoint.filename": "best-epoch{epoch:03d}",
-                "checkpoint.auto_insert_metric_name": False,
+                **{f"checkpoint.{key}": value for key, value in BEST_CHECKPOINT.items()},
             }
         )
         parser.add_argument(
@@ -130,11 +131,15 @@ class NoisyLabelsCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """Resolve ``--trainer.precision`` left unset (null): ``bf16-mixed`` where the run
-        trains on a CUDA GPU with bf16 support, Lightning's ``32-true`` elsewhere. The resolved
-        value is what ``config.yaml`` records."""
-        trainer = self.config.get(self.subcommand, self.config).get("trainer")
+        trains on a CUDA GPU with bf16 support, Lightning's ``32-true`` elsewhere; and
+        ``--trainer.default_root_dir`` left unset: ``runs/<dataset>_<method>``. The resolved
+        values are what ``config.yaml`` records."""
+        config = self.config.get(self.subcommand, self.config)
+        trainer = config.get("trainer")
         if trainer is not None and trainer.get("precision") is None:
             trainer["precision"] = auto_precision(trainer.get("accelerator"))
+        if trainer is not None and not trainer.get("default_root_dir"):
+            trainer["default_root_dir"] = str(default_root_dir(config))
 
     def _setting(self, key: str) -> Any:
         return self.config.get(self.subcommand, self.config).get(key)
@@ -153,7 +158,7 @@ class NoisyLabelsCLI(LightningCLI):
         if not value or (value in LIGHTNING_CKPT_NAMES and not Path(value).exists()):
             return
         trainer = config.get("trainer") or {}
-        root = Path(trainer.get("default_root_dir") or TRAINER_DEFAULTS["default_root_dir"])
+        root = Path(trainer.get("default_root_dir") or default_root_dir(config))
         logger = trainer.get("logger")
         self._checkpoint = resume.load(str(value), root, logger)
         config.ckpt_path = str(self._checkpoint.path)
@@ -189,6 +194,10 @@ class NoisyLabelsCLI(LightningCLI):
             seed=self._setting("seed_everything"),
             config=self.config[self.subcommand].as_dict(),
             tail_test_epochs=int(self._setting("tail_test_epochs") or 0),
+            # the command line's checkpoint, statistics and config.yaml are its options'
+            select_best=False,
+            subset_statistics=False,
+            save_config=False,
         )
         self.results = results
         if results is None:
@@ -199,6 +208,18 @@ class NoisyLabelsCLI(LightningCLI):
         if results["test_acc"] is not None:
             print(f"clean test accuracy: {results['test_acc']:.4f} ({results['method']})")
         print(f"run folder: {run_dir(self.trainer)}")
+
+    def predict(self, model: Any, datamodule: Any = None, **kwargs: Any) -> None:
+        """``noisylabels predict``: Lightning's predict, with the class probabilities of every
+        sample written to ``predictions.csv`` in the run folder of ``--ckpt_path`` (the new run
+        folder where the checkpoint is of none)."""
+        checkpoint = getattr(self, "_checkpoint", None)
+        folder = checkpoint.run_folder if checkpoint is not None else None
+        path = (folder or run_dir(self.trainer)) / PREDICTIONS_FILE
+        self.trainer.callbacks.append(PredictionWriter(path))
+        self.trainer.predict(model, datamodule=datamodule, **kwargs)
+        if self.trainer.is_global_zero:
+            print(f"predictions: {path}")
 
 
 def auto_precision(accelerator: Any) -> str | None:
@@ -248,7 +269,38 @@ def lightning_command(args: list[str] | None = None) -> NoisyLabelsCLI:
     except ArgumentError as err:
         raise option_error(err) from err
     except Exception as err:
-        found = user_error(err)
+        found = user_error(err) or constructor_error(err)
         if found is None or found is err:
             raise
         raise found from err  # the user error jsonargparse wrapped into its own
+
+
+# jsonargparse's report of a class that could not be built, and the groups the CLI builds
+_BUILD_FAILED = "Does not validate against any of the Union subtypes"
+_GROUPS = {NoisyLabelMethod: "model", NoisyDataModule: "data"}
+
+
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def constructor_error(err: BaseException) -> InputError | None:
+    """A ``ValueError`` or ``TypeError`` that the constructor of the method or the data module
+    raised (jsonargparse reports it as its own ``ValueError`` raised from it), as an
+    :class:`InputError` naming the option group and the class; ``None`` for anything else."""
+    cause = err.__cause__
+    message = str(err)
+    if not message.startswith(_BUILD_FAILED) or not isinstance(cause, (ValueError, TypeError)):
+        return None
+    subtypes = re.search(r"Subtypes: \[(.*?)\]", message)
+    line = subtypes.group(1) if subtypes else ""
+    named = [(base, g) for base, g in _GROUPS.items() if _class_name(base) in line]
+    if not named:
+        return None
+    base, group = named[0]
+    # the given value's class_path comes after its init_args (which may hold others)
+    found = re.findall(r"class_path='([\w.]+)'", message)
+    name = found[-1] if found else base.__name__
+    return InputError(
+        f"--{group} ({name}): {cause}. Its options: noisylabels fit --{group}.help {name}"
+    )

@@ -13,11 +13,19 @@ settings particular to that pair::
 
 Files compose exactly as repeated ``--config`` options do: later values win, subclass
 ``init_args`` merge, lists are replaced.
+
+A run whose config sets no ``trainer.default_root_dir`` (groups composed on the command line,
+where no preset names the folder) goes to ``runs/<dataset>_<method>``
+(:func:`default_root_dir`), the folder the preset of that pair would name, e.g.
+``--config configs/data/mnist.yaml --config configs/method/reweight_vrnl.yaml`` to
+``runs/mnist_reweight_vrnl``.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +36,7 @@ from jsonargparse import Path as ConfigPath
 from noisylabels.errors import InputError, MissingFileError
 
 COMPOSE_KEY = "compose"
+RUNS = Path("runs")  # where runs go when the config names no folder
 
 
 def _as_file(value: Any) -> Path | None:
@@ -104,3 +113,42 @@ class ComposedConfigFile(ActionConfigFile):
             elif content:  # a composing file's own keys, without the compose list
                 ActionConfigFile.apply_config(parser, cfg, dest, yaml.safe_dump(content))
                 cfg[dest][-1] = ConfigPath(str(part_path), mode="fr")  # the file, not its text
+
+
+def _class_of(class_path: str) -> type | None:
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+
+
+def _part(group: Any) -> tuple[str | None, dict[str, Any]]:
+    """The class name and ``init_args`` of a config group (``model`` or ``data``)."""
+    if group is None:
+        return None, {}
+    get = group.get if hasattr(group, "get") else lambda key, default=None: default
+    class_path = str(get("class_path", "") or "")
+    init = get("init_args", None)
+    args = init.as_dict() if hasattr(init, "as_dict") else dict(init or {})
+    return class_path or None, args
+
+
+def default_root_dir(config: Any) -> Path:
+    """``runs/<dataset>_<method>`` for a resolved config (``data`` and ``model`` groups): the
+    data module's ``name`` (``mnist``), the method's class in lower case with ``_dualt`` for
+    the Dual-T estimator and ``_vrnl`` for a non-zero α (``forward_vrnl``), as the presets
+    name their folders; ``runs`` where either class is unknown."""
+    data_path, _ = _part(config.get("data"))
+    model_path, args = _part(config.get("model"))
+    if data_path is None or model_path is None:
+        return RUNS
+    data_class = _class_of(data_path)
+    dataset = getattr(data_class, "name", None) or data_path.rsplit(".", 1)[-1].lower()
+    method = model_path.rsplit(".", 1)[-1].lower()
+    if args.get("transition") == "estimate" and args.get("estimator") == "dual_t":
+        method += "_dualt"
+    if float(args.get("alpha") or 0.0) != 0.0:
+        method += "_vrnl"
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{dataset}_{method}")
+    return RUNS / name

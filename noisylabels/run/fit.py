@@ -1,37 +1,51 @@
 """One run: fit → test the best checkpoint on the clean test set → ``results.json``.
 
-The command line's ``fit`` is :func:`fit_and_test`; it is as callable from Python::
+The command line's ``fit`` is :func:`fit_and_test`; from Python it is the same run::
 
-    from lightning import Trainer
+    import lightning as L
     from noisylabels.data import MNISTDataModule
     from noisylabels.methods import Forward
-    from noisylabels.run import WarmupAwareCheckpoint, fit_and_test
+    from noisylabels.run import fit_and_test
 
+    L.seed_everything(0, workers=True)  # as noisylabels fit does (--seed_everything 0)
     data = MNISTDataModule(data_dir="DATA", noise_type="symmetric", noise_rate=0.2)
-    model = Forward(alpha=0.1, transition=True)
-    checkpoint = WarmupAwareCheckpoint(monitor="val/acc", mode="max")
-    results = fit_and_test(model, data, Trainer(max_epochs=80, callbacks=[checkpoint]))
+    model = Forward(alpha=0.1, transition=True, num_classes=10, input_shape=(1, 28, 28))
+    results = fit_and_test(model, data, L.Trainer(max_epochs=80))
 
 A method is not a run: what a run records and stops on (the noise record, T̂ monitoring, the
-divergence stop, ``last.ckpt``, the data module's reports) are the :func:`run_callbacks`, which
-:func:`fit_and_test` attaches to the trainer before fitting, from the command line and from
-Python alike.
+divergence stop, ``last.ckpt``, the epoch log, the data module's reports) are the
+:func:`run_callbacks`, which :func:`fit_and_test` attaches to the trainer before fitting, from the
+command line and from Python alike. A trainer built in Python also gets what the command line
+configures (:mod:`noisylabels.run.defaults`): the best checkpoint by noisy-validation accuracy,
+the per-subset statistics and ``config.yaml``; keyword arguments turn each off.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback, Checkpoint
 
-from noisylabels.callbacks import DivergenceGuard, TailTest, TransitionMonitor
+from noisylabels.callbacks import DivergenceGuard, EpochLog, TailTest, TransitionMonitor
 from noisylabels.data import NoisyDataModule
-from noisylabels.run.artifacts import NoiseRecorder, run_dir, write_transition_estimate
+from noisylabels.run.artifacts import (
+    NoiseRecorder,
+    log_hp_metric,
+    run_dir,
+    write_transition_estimate,
+)
 from noisylabels.run.checkpoints import LastCheckpoint, discard_failed_run, resume_history
+from noisylabels.run.defaults import (
+    ConfigRecord,
+    command_line_callbacks,
+    run_config,
+    trainer_objects,
+)
 from noisylabels.run.results import build_results, tail_summary, write_results
 
 RESULTS_FILE = "results.json"
@@ -42,13 +56,15 @@ def run_callbacks(
     datamodule: L.LightningDataModule | None = None, tail_test_epochs: int = 0
 ) -> list[Callback]:
     """The callbacks of every run: the noise and its T (``noise.pt``, ``transition.csv``), T̂ and
-    ε_T, the stop on a NaN/Inf loss, ``checkpoints/last.ckpt`` to resume from, and whatever the
-    data module needs (e.g. a skipped-image report); with ``tail_test_epochs``, the clean test
-    accuracy of every network over that many last epochs (:class:`TailTest`)."""
+    ε_T, the stop on a NaN/Inf loss, a line per epoch where there is no progress bar,
+    ``checkpoints/last.ckpt`` to resume from, and whatever the data module needs (e.g. a
+    skipped-image report); with ``tail_test_epochs``, the clean test accuracy of every network
+    over that many last epochs (:class:`TailTest`)."""
     callbacks: list[Callback] = [
         NoiseRecorder(),
         TransitionMonitor(),
         DivergenceGuard(),
+        EpochLog(),
         LastCheckpoint(),
     ]
     if tail_test_epochs:
@@ -85,10 +101,15 @@ def fit_and_test(
     seed: int | None = None,
     config: Mapping[str, Any] | None = None,
     tail_test_epochs: int = 0,
+    select_best: bool = True,
+    subset_statistics: bool = True,
+    save_config: bool = True,
+    save_results: bool = True,
 ) -> dict[str, Any] | None:
     """Fit ``model`` on ``datamodule``, test the best checkpoint (by the trainer's checkpoint
     callback; the final model where there is none) and the last epoch's model on the clean test
-    set, and write ``results.json`` and the final T̂ to the run dir.
+    set, and write ``results.json`` and the final T̂ to the run dir: ``noisylabels fit``'s run.
+    ``model`` may be any ``LightningModule`` that logs ``val/acc`` (and ``test/acc`` when tested).
 
     Args:
         ckpt_path: checkpoint to resume the fit from (Lightning's ``ckpt_path``).
@@ -100,6 +121,18 @@ def fit_and_test(
         tail_test_epochs: also test every network on the clean test set at the end of each of
             the last this many epochs (``results.json``: ``test_acc_tail``,
             ``test_acc_tail_mean``), as the two-network baselines' references report.
+        select_best: where the trainer has only Lightning's default checkpoint (which monitors
+            nothing and keeps the last epoch), use the command line's instead: the best
+            noisy-validation accuracy (``val/acc``, max), never a warm-up epoch, saved as
+            ``checkpoints/best-epochNNN.ckpt``. A checkpoint that monitors something is kept.
+        subset_statistics: record the per-subset loss statistics of a ``NoisyLabelMethod``
+            (:class:`~noisylabels.callbacks.SubsetStatistics`, ``subsets.csv``) where the
+            trainer has no such callback.
+        save_config: write ``config.yaml`` (the model's and data module's class and
+            hyperparameters, the trainer's settings, the seed) to the run folder; its hash goes
+            to ``results.json``'s provenance. Ignored when ``config`` is given (the command
+            line writes its own).
+        save_results: write ``results.json`` and the final T̂ to the run folder.
 
     Under ``fast_dev_run`` (a smoke test of every stage, not a result) nothing is written.
 
@@ -107,7 +140,15 @@ def fit_and_test(
         The results (also written to ``results.json``) on process 0; ``None`` on the others.
     """
     start = time.perf_counter()
-    attach_callbacks(trainer, run_callbacks(datamodule, tail_test_epochs))
+    if seed is None and os.environ.get("PL_GLOBAL_SEED") is not None:
+        seed = int(os.environ["PL_GLOBAL_SEED"])
+    added = command_line_callbacks(
+        trainer, model, select_best=select_best, subset_statistics=subset_statistics
+    )
+    attach_callbacks(trainer, [*added, *run_callbacks(datamodule, tail_test_epochs)])
+    if config is None and save_config:
+        config = run_config(model, datamodule, trainer, seed)
+        attach_callbacks(trainer, [ConfigRecord(config, trainer_objects(trainer))])
     try:
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
     except BaseException:
@@ -117,11 +158,14 @@ def fit_and_test(
     tail = tail_summary(trainer)
     test_metrics = None
     if test:
-        test_metrics = test_last_and_best(model, datamodule, trainer)
+        with warnings.catch_warnings():
+            # last.ckpt's writer is a second checkpoint callback; "best" is the first one's
+            warnings.filterwarnings(
+                "ignore", message=r".*configured with multiple `ModelCheckpoint`"
+            )
+            test_metrics = test_last_and_best(model, datamodule, trainer)
     if not trainer.is_global_zero:
         return None
-    if seed is None and os.environ.get("PL_GLOBAL_SEED") is not None:
-        seed = int(os.environ["PL_GLOBAL_SEED"])
     results = build_results(
         trainer,
         model,
@@ -135,9 +179,11 @@ def fit_and_test(
     )
     if trainer.fast_dev_run:
         return results
-    folder = run_dir(trainer)
-    write_transition_estimate(folder, model)
-    write_results(results, folder / RESULTS_FILE)
+    log_hp_metric(trainer, results["test_acc"])
+    if save_results:
+        folder = run_dir(trainer)
+        write_transition_estimate(folder, model)
+        write_results(results, folder / RESULTS_FILE)
     return results
 
 
@@ -156,7 +202,10 @@ def test_last_and_best(
             out = trainer.test(model, datamodule=datamodule, ckpt_path=None, verbose=False)
         finally:
             model.test_metric = previous or "test/acc"
-        metrics.update(out[0] if out else {})
+        last = dict(out[0]) if out else {}
+        if LAST_METRIC not in last and "test/acc" in last:  # a module that logs test/acc only
+            last[LAST_METRIC] = last.pop("test/acc")
+        metrics.update(last)
     out = trainer.test(model, datamodule=datamodule, ckpt_path="best" if has_best else None)
     metrics.update(out[0] if out else {})
     if not has_best and "test/acc" in metrics:

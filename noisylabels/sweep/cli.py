@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="noisylabels sweep",
         description="Run a grid of `noisylabels fit` runs written in a sweep file, skipping "
         "finished runs (those with a results.json). Arguments after `--` go to every run.",
+        allow_abbrev=False,
     )
     p.add_argument("file", type=Path, metavar="FILE.yaml", help="the sweep file")
     p.add_argument("--root", type=Path, default=Path("runs"), help="runs go to ROOT/<name>/...")

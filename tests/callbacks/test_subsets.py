@@ -18,6 +18,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from noisylabels.callbacks import SubsetStatistics
+from noisylabels.callbacks.subset_stats import csv_columns, write_csv_row
 from noisylabels.callbacks.subsets import tag
 from noisylabels.data import DigitsDataModule
 from noisylabels.data.loaded import LoadedData
@@ -104,7 +105,15 @@ def _stub(epoch: int = 0, max_epochs: int = 5, rank: int = 0, reduce: Any = None
         is_global_zero=rank == 0,
         loggers=[],
         callbacks=[],
+        fast_dev_run=False,
+        default_root_dir=".",  # the run folder without a logger: the test's folder
     )
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs write subsets.csv to their folder: here, each test's own."""
+    monkeypatch.chdir(tmp_path)
 
 
 def _module() -> L.LightningModule:
@@ -160,6 +169,30 @@ def test_per_subset_means_equal_hand_computation() -> None:
     _train_epoch(cb, trainer, module, steps)
     cb.on_train_epoch_end(trainer, module)
     _assert_stats(cb.last, _expected())
+    # the run folder's subsets.csv: a row per epoch, the same numbers
+    rows = _csv_rows(Path("subsets.csv"))
+    assert [r["epoch"] for r in rows] == ["0", "1"]
+    _assert_stats({k: float(v) for k, v in rows[1].items() if v}, _expected())
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_csv_rows_of_a_redone_epoch_are_replaced(tmp_path: Path) -> None:
+    """A resumed run redoes the interrupted epoch: its row, and any after it, are replaced;
+    a statistic left out (an empty subset) is an empty cell."""
+    path = tmp_path / "subsets.csv"
+    loss = tag("loss_mean", "correct")
+    for epoch, value in ((0, 1.0), (1, 2.0), (2, 3.0), (1, 5.0)):
+        write_csv_row(path, epoch, {loss: value, tag("count", "correct"): 4.0})
+    rows = _csv_rows(path)
+    assert list(rows[0]) == csv_columns() and csv_columns()[0] == "epoch"
+    assert [(r["epoch"], float(r[loss])) for r in rows] == [("0", 1.0), ("1", 5.0)]
+    assert rows[0][tag("loss_mean", "mislabeled")] == ""
 
 
 def test_no_double_counting_across_ranks() -> None:
@@ -295,6 +328,10 @@ def test_cli_run_matches_hand_computation(run_cli, tmp_path: Path, source: str) 
             assert events[0].value == pytest.approx(cb.last[tag(quantity, subset)], rel=1e-5)
         assert tag("loss_hist", subset) in tags["histograms"]
     assert "custom_scalars__config__" in tags["tensors"]
+    # subsets.csv beside the event files, the same numbers
+    (row,) = _csv_rows(next(tmp_path.rglob("subsets.csv")))
+    assert row["epoch"] == "0"
+    _assert_stats({k: float(v) for k, v in row.items() if v}, cb.last)
     config_text = acc.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
     assert "noisylabels.callbacks.SubsetStatistics" in config_text
     assert "class_path: noisylabels.methods.Forward" in config_text
@@ -324,6 +361,12 @@ def test_every_n_epochs_without_logger(run_cli, tmp_path: Path) -> None:
     n_train = len(cli.datamodule.train_indices)
     counted = float(metrics[tag("count", "mislabeled")]) + float(metrics[tag("count", "correct")])
     assert counted == n_train
+    # no logger: subsets.csv in the run folder all the same, a row for the recorded epoch only
+    (row,) = _csv_rows(tmp_path / "subsets.csv")
+    assert (
+        row["epoch"] == "1"
+        and float(row[tag("count", "correct")]) == cb.last[tag("count", "correct")]
+    )
 
 
 def test_every_n_epochs_steps(tmp_path: Path) -> None:

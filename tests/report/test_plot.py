@@ -1,7 +1,9 @@
-"""``noisylabels plot``: paper-style figures from the event files of runs made here."""
+"""``noisylabels plot``: paper-style figures from the statistics of runs made here (their
+``subsets.csv``, or the event files of runs that have none)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,43 @@ def test_plot_reads_the_logged_epochs(runs: list[Path]) -> None:
             assert epochs == [1, 2] and all(v >= 0 for v in values)
     # the training loss of mislabeled samples stays above that of correctly labeled ones
     assert loaded.get("loss_mean", "mislabeled")[1][-1] > loaded.get("loss_mean", "correct")[1][-1]
+
+
+def test_runs_without_subsets_csv_are_read_from_their_event_files(
+    runs: list[Path], tmp_path: Path
+) -> None:
+    """A run made before subsets.csv existed: the same series from TensorBoard's events."""
+    old = shutil.copytree(runs[1], tmp_path / "old")
+    (csv_file,) = old.rglob("subsets.csv")
+    csv_file.unlink()
+    from_events, from_csv = load_run(old), load_run(runs[1])
+    assert from_events.series.keys() == from_csv.series.keys()
+    for name, (epochs, values) in from_csv.series.items():
+        assert from_events.series[name][0] == epochs
+        assert from_events.series[name][1] == pytest.approx(values, rel=1e-6), name
+
+
+def test_a_run_logged_with_csv_logger_only_plots(tmp_path: Path) -> None:
+    """--trainer.logger CSVLogger, no TensorBoard: subsets.csv in the run folder, and plot
+    draws from it; hp_metric (the clean test accuracy) lands in the logger's metrics.csv."""
+    import csv
+    import json
+
+    root = tmp_path / "runs"
+    run(["fit", "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.max_epochs", "2",
+         "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", str(root),
+         "--trainer.default_root_dir", str(root),
+         "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    assert not list(root.rglob("events.out.tfevents.*"))
+    folder = next(root.rglob("results.json")).parent
+    assert (folder / "subsets.csv").is_file()
+    out = run(["plot", str(root), "--out", str(tmp_path / "fig.png")])
+    assert out.read_bytes().startswith(b"\x89PNG")
+    loaded = load_run(root)
+    assert loaded.path == folder and loaded.get("loss_mean", "correct")[0] == [1, 2]
+    with (folder / "metrics.csv").open(newline="") as fh:
+        hp = [float(r["hp_metric"]) for r in csv.DictReader(fh) if r["hp_metric"]]
+    assert hp == [json.loads((folder / "results.json").read_text())["test_acc"]]
 
 
 def test_plot_errors(runs: list[Path], tmp_path: Path, capsys) -> None:

@@ -1,0 +1,95 @@
+"""``predictions.csv``: what ``noisylabels predict`` writes to the run folder.
+
+One row per sample of the prediction set (the clean test set), ordered by its index:
+``index``, ``label`` (the clean label; ``-1`` where unknown), ``noisy_label`` (the label the
+sample carries in the data module: the same as ``label`` on the uncorrupted test set),
+``predicted`` (the class of highest probability) and ``p_0`` … ``p_{C-1}``, the model's clean
+class posterior ``p = softmax(z)``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import Tensor
+
+PREDICTIONS_FILE = "predictions.csv"
+
+
+class PredictionWriter(Callback):
+    """Collect the probabilities ``predict_step`` returns for each batch (a ``{"image",
+    "label", "clean_label", "index"}`` dict) and write them to ``path`` when the prediction
+    epoch ends (process 0, the processes' rows gathered; a sample repeated to pad the last
+    batch of a process is written once)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._batches: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+
+    def on_predict_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._batches = []
+
+    def on_predict_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if not isinstance(batch, dict) or not isinstance(outputs, Tensor):
+            return
+        noisy = batch["label"]
+        clean = batch.get("clean_label", noisy)
+        self._batches.append((batch["index"], clean, noisy, outputs.detach().float()))
+
+    def on_predict_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._batches:
+            return
+        index, clean, noisy, probs = (
+            torch.cat(parts) for parts in zip(*self._batches, strict=True)
+        )
+        self._batches = []
+        if trainer.world_size > 1:
+            gathered = [trainer.strategy.all_gather(t) for t in (index, clean, noisy, probs)]
+            index, clean, noisy, probs = (t.flatten(0, 1) for t in gathered)
+        if trainer.is_global_zero:
+            write_predictions(self.path, index, clean, noisy, probs)
+
+
+def write_predictions(
+    path: Path, index: Tensor, clean: Tensor, noisy: Tensor, probs: Tensor
+) -> None:
+    """Write the rows of ``predictions.csv`` (see the module docstring), once per index, in
+    index order; the file is replaced atomically."""
+    index, clean, noisy, probs = (t.cpu() for t in (index, clean, noisy, probs))
+    order = torch.argsort(index, stable=True)
+    index, clean, noisy, probs = index[order], clean[order], noisy[order], probs[order]
+    keep = torch.ones(len(index), dtype=torch.bool)
+    keep[1:] = index[1:] != index[:-1]
+    index, clean, noisy, probs = index[keep], clean[keep], noisy[keep], probs[keep]
+    predicted = probs.argmax(1)
+    header = ["index", "label", "noisy_label", "predicted"]
+    header += [f"p_{c}" for c in range(probs.shape[1])]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        for i, y, y_noisy, k, p in zip(
+            index.tolist(),
+            clean.tolist(),
+            noisy.tolist(),
+            predicted.tolist(),
+            probs.tolist(),
+            strict=True,
+        ):
+            writer.writerow([i, y, y_noisy, k, *(f"{v:.6g}" for v in p)])
+    os.replace(tmp, path)
