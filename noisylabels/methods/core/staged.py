@@ -345,8 +345,7 @@ class StagedModule(L.LightningModule):
         self.load_network_state(fresh)
 
     def _torch_optimizers(self) -> list[Any]:
-        trainer = self._trainer
-        return list(trainer.optimizers) if trainer is not None else []
+        return list(self._trainer.optimizers) if self._trainer is not None else []
 
     def check_stages_fit(self) -> None:
         """Refuse a warm-up and a revision that leave no epoch of the method's own stage."""
