@@ -33,6 +33,7 @@ from noisylabels.run.artifacts import run_dir
 from noisylabels.run.checkpoints import WarmupAwareCheckpoint
 from noisylabels.run.compose import ComposedConfigFile
 from noisylabels.run.fit import fit_and_test
+from noisylabels.run.storage import write_text
 
 # the paper's protocol and the project's layout, where a config does not say otherwise
 TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": 80, "devices": 1, "default_root_dir": "runs"}
@@ -42,12 +43,23 @@ LIGHTNING_CKPT_NAMES = ("best", "hpc", "registry")
 
 
 class SaveConfigToTensorBoard(SaveConfigCallback):
-    """Save the resolved config as ``config.yaml`` in the run dir and in TensorBoard's text tab
-    (not under ``fast_dev_run``, which writes no run folder)."""
+    """Save the resolved config as ``config.yaml`` in the run dir (atomically: a reader never
+    sees half of it) and in TensorBoard's text tab (not under ``fast_dev_run``, which writes no
+    run folder)."""
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if not trainer.fast_dev_run:
-            super().setup(trainer, pl_module, stage)
+        if trainer.fast_dev_run or self.already_saved:
+            return
+        if self.multifile or not self.overwrite or not self.save_to_log_dir:
+            super().setup(trainer, pl_module, stage)  # Lightning's own writing
+            return
+        log_dir = trainer.log_dir  # a broadcast every process joins
+        if trainer.is_global_zero:
+            text = self.parser.dump(self.config, skip_none=False)
+            write_text(Path(log_dir) / self.config_filename, text)
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
     def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
         text = self.parser.dump(self.config, skip_none=False)
@@ -76,6 +88,17 @@ def methods_help() -> str:
 
 class NoisyLabelsCLI(LightningCLI):
     """LightningCLI with the project's checkpointing, links and post-fit test."""
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Lightning's parsing; also keeps the command line (``self.command``) for
+        ``results.json``'s provenance."""
+        if args is None or isinstance(args, (list, tuple)):
+            self.command: list[str] | None = [
+                str(a) for a in (sys.argv[1:] if args is None else args)
+            ]
+        else:
+            self.command = None
+        super().parse_arguments(parser, args)
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         """Lightning's parser with a ``--config`` that understands ``compose:``."""
@@ -189,6 +212,7 @@ class NoisyLabelsCLI(LightningCLI):
             seed=self._setting("seed_everything"),
             config=self.config[self.subcommand].as_dict(),
             tail_test_epochs=int(self._setting("tail_test_epochs") or 0),
+            command=getattr(self, "command", None),
         )
         self.results = results
         if results is None:

@@ -22,17 +22,21 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import lightning as L
+from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, Checkpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from noisylabels.callbacks import DivergenceGuard, TailTest, TransitionMonitor
 from noisylabels.data import NoisyDataModule
 from noisylabels.run.artifacts import NoiseRecorder, run_dir, write_transition_estimate
-from noisylabels.run.checkpoints import LastCheckpoint, discard_failed_run, resume_history
+from noisylabels.run.checkpoints import LAST, LastCheckpoint, discard_failed_run, resume_history
 from noisylabels.run.results import build_results, tail_summary, write_results
+from noisylabels.run.stops import StopSignals, refuse_hpc_checkpoints
+from noisylabels.run.storage import AtomicCheckpointIO, storage_error
 
 RESULTS_FILE = "results.json"
 LAST_METRIC = "test/acc_last"
@@ -85,6 +89,7 @@ def fit_and_test(
     seed: int | None = None,
     config: Mapping[str, Any] | None = None,
     tail_test_epochs: int = 0,
+    command: Sequence[str] | None = None,
 ) -> dict[str, Any] | None:
     """Fit ``model`` on ``datamodule``, test the best checkpoint (by the trainer's checkpoint
     callback; the final model where there is none) and the last epoch's model on the clean test
@@ -100,24 +105,78 @@ def fit_and_test(
         tail_test_epochs: also test every network on the clean test set at the end of each of
             the last this many epochs (``results.json``: ``test_acc_tail``,
             ``test_acc_tail_mean``), as the two-network baselines' references report.
+        command: the command line of the run (``["fit", "--config", ...]``), recorded with its
+            hash in ``results.json``'s provenance (a sweep compares it with the run it plans).
 
     Under ``fast_dev_run`` (a smoke test of every stage, not a result) nothing is written.
+    SIGTERM, and under SLURM SIGUSR1, stop the run at the next safe point with
+    ``unfinished.txt`` in its folder (:mod:`noisylabels.run.stops`); a full disk or a read-only
+    folder raises :class:`~noisylabels.errors.StorageError`.
 
     Returns:
         The results (also written to ``results.json``) on process 0; ``None`` on the others.
     """
     start = time.perf_counter()
     attach_callbacks(trainer, run_callbacks(datamodule, tail_test_epochs))
-    try:
-        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
-    except BaseException:
-        discard_failed_run(trainer)  # a folder holding nothing to resume from
-        raise
-    resumed = resume_history(trainer)  # before a test from a checkpoint restores its states
-    tail = tail_summary(trainer)
-    test_metrics = None
-    if test:
-        test_metrics = test_last_and_best(model, datamodule, trainer)
+    if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+        trainer.strategy.checkpoint_io = AtomicCheckpointIO()  # staged in the run's folder
+    last = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
+    with StopSignals(trainer) as signals:
+        if last is not None:
+            last.signals = signals
+        try:
+            refuse_hpc_checkpoints(trainer, ckpt_path)
+            try:
+                trainer.fit(
+                    model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only
+                )
+            except BaseException:
+                discard_failed_run(trainer)  # a folder holding nothing to resume from
+                raise
+            try:
+                signals.check()
+                resumed = resume_history(trainer)  # before a test restores other states
+                tail = tail_summary(trainer)
+                test_metrics = None
+                if test:
+                    test_metrics = test_last_and_best(model, datamodule, trainer, signals)
+                signals.check()
+                return _write(
+                    trainer,
+                    model,
+                    datamodule,
+                    seed,
+                    start,
+                    test_metrics,
+                    config,
+                    resumed,
+                    tail,
+                    command,
+                )
+            except (Exception, SIGTERMException, KeyboardInterrupt) as err:
+                if last is not None:  # a stop or failure between the trainer's calls
+                    last.record_failure(trainer, err)
+                raise
+        except OSError as err:
+            found = storage_error(err)
+            if found is None or found is err:
+                raise
+            raise found from err
+
+
+def _write(
+    trainer: L.Trainer,
+    model: L.LightningModule,
+    datamodule: L.LightningDataModule,
+    seed: int | None,
+    start: float,
+    test_metrics: dict[str, Any] | None,
+    config: Mapping[str, Any] | None,
+    resumed: list[dict[str, Any]],
+    tail: dict[str, Any] | None,
+    command: Sequence[str] | None,
+) -> dict[str, Any] | None:
+    """Build the results of a fit and write them (``results.json``, the final T̂)."""
     if not trainer.is_global_zero:
         return None
     if seed is None and os.environ.get("PL_GLOBAL_SEED") is not None:
@@ -132,6 +191,7 @@ def fit_and_test(
         config=config,
         resumed=resumed,
         tail=tail,
+        command=command,
     )
     if trainer.fast_dev_run:
         return results
@@ -142,23 +202,32 @@ def fit_and_test(
 
 
 def test_last_and_best(
-    model: L.LightningModule, datamodule: L.LightningDataModule, trainer: L.Trainer
+    model: L.LightningModule,
+    datamodule: L.LightningDataModule,
+    trainer: L.Trainer,
+    signals: StopSignals | None = None,
 ) -> dict[str, Any]:
     """Test the model as fit left it (the last epoch, logged as ``test/acc_last``), then the
     best checkpoint (``test/acc``; the same model where there is none), on the clean test set.
-    Returns both metrics."""
+    Both name their checkpoint: ``checkpoints/last.ckpt`` (the end of the last epoch) and the
+    best one, so that no other checkpoint (e.g. Lightning's SLURM ``hpc_ckpt``) is picked up.
+    ``signals``: stop between the two tests where a stop signal arrived. Returns both metrics."""
     metrics: dict[str, Any] = {}
-    has_best = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
-    if has_best:
+    last = LastCheckpoint.dirpath(trainer) / LAST
+    last_path = str(last) if last.is_file() else None
+    best_path = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
+    if best_path:
         previous = getattr(model, "test_metric", None)
         model.test_metric = LAST_METRIC
         try:
-            out = trainer.test(model, datamodule=datamodule, ckpt_path=None, verbose=False)
+            out = trainer.test(model, datamodule=datamodule, ckpt_path=last_path, verbose=False)
         finally:
             model.test_metric = previous or "test/acc"
         metrics.update(out[0] if out else {})
-    out = trainer.test(model, datamodule=datamodule, ckpt_path="best" if has_best else None)
+        if signals is not None:
+            signals.check()
+    out = trainer.test(model, datamodule=datamodule, ckpt_path=best_path or last_path)
     metrics.update(out[0] if out else {})
-    if not has_best and "test/acc" in metrics:
+    if not best_path and "test/acc" in metrics:
         metrics[LAST_METRIC] = metrics["test/acc"]
     return metrics
