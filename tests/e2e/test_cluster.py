@@ -189,3 +189,36 @@ def test_sigterm_requeues_unless_the_job_was_cancelled(
     assert calls[-1] == (
         ["requeue", "77_0"] if state == "RUNNING" else ["show", "job", "-o", "77_0"]
     )
+
+
+def test_the_docker_slurm_example_continues_its_own_run_when_requeued(tmp_path: Path) -> None:
+    """docker/slurm.sbatch: a first start begins a run in the job's own folder; a requeued
+    start of the same job finds its last.ckpt and continues it; another job starts afresh."""
+    script = tmp_path / "job.sbatch"
+    text = (REPO / "docker" / "slurm.sbatch").read_text()
+    script.write_text(text.replace("source .venv/bin/activate", "true"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _tool(bin_dir, "srun", '#!/bin/bash\necho "$@" > "$SRUN_RECORD"\n')
+    record = tmp_path / "srun.txt"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "SRUN_RECORD": str(record),
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_JOB_NAME": "vrnl-cifar10",
+    }
+
+    def start(job: str, restart: int) -> list[str]:
+        job_env = dict(env, SLURM_JOB_ID=job, SLURM_RESTART_COUNT=str(restart))
+        subprocess.run(["bash", str(script)], env=job_env, check=True, cwd=tmp_path)
+        return record.read_text().split()
+
+    first = start("99", 0)
+    assert first[:2] == ["noisylabels", "fit"] and "--ckpt_path" not in first
+    assert first[first.index("--trainer.default_root_dir") + 1] == "runs/vrnl-cifar10-99"
+    last = tmp_path / "runs" / "vrnl-cifar10-99" / "lightning_logs" / "version_0" / "checkpoints"
+    last.mkdir(parents=True)
+    (last / "last.ckpt").write_bytes(b"x")
+    assert start("99", 1)[:4] == ["noisylabels", "fit", "--ckpt_path", "last"]
+    assert "--ckpt_path" not in start("100", 0)
