@@ -79,7 +79,10 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise storage_error(err, path) or err from err
+        found = storage_error(err, path)
+        if found is None:
+            raise
+        raise found from err
     with replacing(path) as tmp:
         _write_file(tmp, data)
     return path

@@ -49,11 +49,13 @@ def leftovers(root: Path) -> list[Path]:
 
 @pytest.mark.parametrize(
     ("test", "batch"),
-    [(1, 1), (0, -1)],
-    ids=["in-the-best-checkpoint-test", "between-the-two-tests"],
+    [
+        pytest.param(1, 1, id="in-the-best-checkpoint-test"),
+        pytest.param(0, -1, id="between-the-two-tests", marks=pytest.mark.slow),
+    ],
 )
 def test_sigterm_in_the_final_tests_marks_the_folder_and_resumes(
-    tmp_path: Path, test: int, batch: int
+    run_cli, tmp_path: Path, test: int, batch: int
 ) -> None:
     """SIGTERM while the final tests run, or between them (where Lightning's loops do not
     look): one line saying so, exit status 143, no results.json, unfinished.txt; the resumed
@@ -73,8 +75,7 @@ def test_sigterm_in_the_final_tests_marks_the_folder_and_resumes(
     unfinished = next(root.rglob("unfinished.txt"))
     assert "SIGTERM" in unfinished.read_text()
 
-    resumed = fit_process(root, "--ckpt_path", "last")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    run_cli("fit", *QUICK, "--ckpt_path", "last", root=root)
     results = read_results(root)
     assert results["resumed"][0]["epochs_done"] == 2 and results["test_acc"] is not None
     assert not unfinished.exists()
@@ -106,6 +107,7 @@ def test_a_full_disk_stops_the_run_with_one_paragraph_and_nothing_half_written(
     assert "No space left on device" in (last.parent.parent / "unfinished.txt").read_text()
 
 
+@pytest.mark.slow
 def test_a_read_only_folder_leaves_no_empty_unfinished_note(tmp_path: Path) -> None:
     """From epoch 1 on nothing can be written (a read-only file system): one paragraph saying
     so, and neither an empty unfinished.txt nor a half-written checkpoint."""

@@ -210,7 +210,13 @@ def _alive(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+@pytest.mark.parametrize(
+    "sig",
+    [
+        pytest.param(signal.SIGTERM, id="SIGTERM"),
+        pytest.param(signal.SIGINT, id="Ctrl-C", marks=pytest.mark.slow),
+    ],
+)
 def test_a_stop_signal_stops_the_runs_waits_and_lists_them(
     sweep_file: Path, tmp_path: Path, sig: int
 ) -> None:
