@@ -3,8 +3,8 @@
 The command line prints these as one paragraph without a traceback (``--debug`` or
 ``NOISYLABELS_DEBUG=1`` shows it); any other exception is a programming error and keeps its
 traceback. Each class also derives from the built-in exception a caller would expect
-(``ValueError``, ``FileNotFoundError``, ``ArithmeticError``), so ``except ValueError`` keeps
-working. ``exit_code`` is the status the command line exits with.
+(``ValueError``, ``FileNotFoundError``, ``ArithmeticError``, ``OSError``), so ``except
+ValueError`` keeps working. ``exit_code`` is the status the command line exits with.
 
 A user error is a :class:`NoisyLabelsError` anywhere in an exception's chain (jsonargparse wraps
 the errors of constructors into its own: :func:`user_error`), or a command-line parse error of
@@ -36,6 +36,11 @@ class DivergenceError(NoisyLabelsError, ArithmeticError):
     """The training loss became NaN or infinite; the run is stopped."""
 
     exit_code = 3
+
+
+class StorageError(NoisyLabelsError, OSError):
+    """A file could not be written: the disk is full, or the folder is read-only; the message
+    names the folder and its free space."""
 
 
 def load_error_summary(err: BaseException) -> str:

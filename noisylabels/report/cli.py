@@ -11,11 +11,19 @@ Examples::
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 from noisylabels.errors import InputError
-from noisylabels.report.collect import METRICS, PAPER_FILE, collect, group, load_paper
+from noisylabels.report.collect import (
+    METRICS,
+    PAPER_FILE,
+    collect,
+    group,
+    load_paper,
+    mixed_cells,
+)
 
 
 def build_parser() -> Any:
@@ -104,6 +112,17 @@ def report(args: Any) -> str:
             )
         if paper is not None:
             parts.append(f"(paper: {PAPER_FILE.name}, the VRNL paper's Tables 1 and 2)\n")
+    mixed = mixed_cells(records, rows, cols)
+    if mixed:
+        warning = (
+            "Warning: these cells average runs made with different options (e.g. a trial "
+            "sweep's runs beside the real ones); rerun the odd ones (`noisylabels sweep` shows "
+            "runs done with other options as [stale]):\n" + "".join(f"- {line}\n" for line in mixed)
+        )
+        if args.format == "csv":  # the CSV stays parseable: the warning goes to stderr
+            print(warning, end="", file=sys.stderr)
+        else:
+            parts.append(warning)
     text = "\n".join(parts)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

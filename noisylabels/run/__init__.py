@@ -4,7 +4,9 @@
 is :mod:`noisylabels.run.cli`; composed config files :mod:`~noisylabels.run.compose`; the
 checkpoints of a run :mod:`~noisylabels.run.checkpoints`, its noise and T̂ files
 :mod:`~noisylabels.run.artifacts`, resuming :mod:`~noisylabels.run.resume`, ``results.json``
-:mod:`~noisylabels.run.results` and its provenance :mod:`~noisylabels.run.provenance`.
+:mod:`~noisylabels.run.results` and its provenance :mod:`~noisylabels.run.provenance`; how a
+run stops on a signal and requeues itself on SLURM :mod:`~noisylabels.run.stops`; atomic writes
+and a full disk :mod:`~noisylabels.run.storage`.
 """
 
 from noisylabels.run.artifacts import NoiseRecorder, run_dir, write_transition_estimate

@@ -4,7 +4,6 @@ the end, ``hp_metric``, and :func:`run_dir`, the folder of a run."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from noisylabels.callbacks.folder import run_dir
 from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.noise import save_transition
+from noisylabels.run.storage import replacing, save_torch, write_json
 
 ESTIMATE_FILE = "transition_estimate.csv"
 ERROR_FILE = "transition_estimate.json"
@@ -43,13 +43,19 @@ class NoiseRecorder(L.Callback):
         if not trainer.is_global_zero:
             return
         out = run_dir(trainer)
-        out.mkdir(parents=True, exist_ok=True)
         state = datamodule.noise_state()
-        torch.save(state, out / "noise.pt")
+        save_torch(state, out / "noise.pt")
         if state.get("transition") is not None:
-            save_transition(state["transition"], out / "transition.csv")
+            _save_transition(state["transition"], out / "transition.csv")
         elif state.get("empirical_transition") is not None:
-            save_transition(state["empirical_transition"], out / "empirical_transition.csv")
+            _save_transition(state["empirical_transition"], out / "empirical_transition.csv")
+
+
+def _save_transition(T: torch.Tensor, path: Path) -> None:
+    """:func:`~noisylabels.noise.save_transition`, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(path) as tmp:
+        save_transition(T, tmp)
 
 
 def write_transition_estimate(out: Path, model: Any) -> None:
@@ -60,14 +66,13 @@ def write_transition_estimate(out: Path, model: Any) -> None:
     T_hat = model.transition_estimate()
     if T_hat is None:
         return
-    out.mkdir(parents=True, exist_ok=True)
-    save_transition(T_hat, out / ESTIMATE_FILE)
+    _save_transition(T_hat, out / ESTIMATE_FILE)
     summary = {
         "method": model.method_name,
         "epoch": model.current_epoch,
         "t_estimation_error": model.t_estimation_error(T_hat),
     }
-    (out / ERROR_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(out / ERROR_FILE, summary)
 
 
 def log_hp_metric(trainer: L.Trainer, test_acc: float | None) -> None:

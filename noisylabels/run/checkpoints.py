@@ -43,6 +43,8 @@ from noisylabels.errors import InputError
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.provenance import labels_sha256
 from noisylabels.run.resume import changed_hparams
+from noisylabels.run.stops import StopSignals
+from noisylabels.run.storage import AtomicCheckpointIO, write_text
 
 LAST = "last.ckpt"
 UNFINISHED = "unfinished.txt"
@@ -131,6 +133,10 @@ class LastCheckpoint(Checkpoint):
         self._continued = False
         self._refused = False
         self._discard: Path | None = None
+        self._recorded: BaseException | None = None
+        self.fit_done = False
+        #: the run's signal handlers (set by fit_and_test), which say what stopped it
+        self.signals: StopSignals | None = None
 
     # ---------------------------------------------------------------- where
     @staticmethod
@@ -148,18 +154,21 @@ class LastCheckpoint(Checkpoint):
 
     # ---------------------------------------------------------------- saving
     def save(self, trainer: L.Trainer, epoch_end: bool) -> None:
-        """Write ``last.ckpt`` atomically (every process dumps, process 0 writes)."""
+        """Write ``last.ckpt`` atomically (every process dumps, process 0 writes): staged
+        beside it by :class:`~noisylabels.run.storage.AtomicCheckpointIO`, or written beside it
+        and renamed where the trainer has another checkpoint writer."""
         if trainer.fast_dev_run or trainer.sanity_checking:
             return
         path = self.dirpath(trainer) / LAST
-        tmp = path.with_name(f".{LAST}.tmp")
+        atomic = isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+        target = path if atomic else path.with_name(f".{LAST}.tmp")
         self._epoch_end = epoch_end
         try:
-            trainer.save_checkpoint(tmp, weights_only=False)
+            trainer.save_checkpoint(target, weights_only=False)
         finally:
             self._epoch_end = False
-        if trainer.is_global_zero:
-            os.replace(tmp, path)
+        if trainer.is_global_zero and not atomic:
+            os.replace(target, path)
         trainer.strategy.barrier("LastCheckpoint.save")
 
     def on_save_checkpoint(
@@ -242,9 +251,23 @@ class LastCheckpoint(Checkpoint):
         self.save(trainer, epoch_end=True)
 
     # ---------------------------------------------------------------- failures
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.fit_done = True
+
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        self.record_failure(trainer, exception)
+
+    def record_failure(self, trainer: L.Trainer, exception: BaseException) -> None:
+        """Leave the run folder honest after ``exception`` stopped the run (once per exception,
+        in the trainer's ``on_exception`` or, for a stop between its calls, from
+        :func:`~noisylabels.run.fit.fit_and_test`): a stop signal prints one line and writes
+        ``unfinished.txt``; a failure before the first checkpoint has its folder removed; any
+        other failure writes ``unfinished.txt`` saying why."""
+        if exception is self._recorded:
+            return
+        self._recorded = exception
         if not trainer.is_global_zero or trainer.fast_dev_run or self._refused:
             return
         folder = run_dir(trainer)
@@ -259,17 +282,27 @@ class LastCheckpoint(Checkpoint):
             else "it left no checkpoint"
         )
         if isinstance(exception, SIGTERMException):
-            note = (
-                f"Stopped by SIGTERM in epoch {trainer.current_epoch}; no results.json was "
-                f"written. {resume}."
+            signals = self.signals
+            what = signals.what() if signals is not None else "SIGTERM"
+            where = (
+                "during the final test (training had finished)"
+                if self.fit_done
+                else f"in epoch {trainer.current_epoch}"
             )
+            note = f"Stopped by {what} {where}; no results.json was written."
+            if signals is not None and signals.requeue_note:
+                note += f" {signals.requeue_note[0].upper()}{signals.requeue_note[1:]}."
+            note += f" {resume}."
             print(f"noisylabels: {note}", file=sys.stderr, flush=True)
         elif not self.resumed and _only_setup_artifacts(folder, trainer):
             self._discard = folder  # removed by discard_failed_run, once the loggers are closed
             return
         else:
             note = f"The run failed: {type(exception).__name__}: {exception}\n{resume}."
-        (folder / UNFINISHED).write_text(note + "\n")
+        try:
+            write_text(folder / UNFINISHED, note + "\n")
+        except OSError:
+            pass  # a full or read-only folder: the error itself says so
 
 
 def _only_setup_artifacts(folder: Path, trainer: L.Trainer) -> bool:

@@ -36,6 +36,7 @@ from noisylabels.run.compose import ComposedConfigFile, default_root_dir
 from noisylabels.run.defaults import config_block
 from noisylabels.run.fit import fit_and_test
 from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
+from noisylabels.run.storage import write_text
 
 # the paper's protocol, where a config does not say otherwise; a run folder named after the
 # config's data and method where no config names one (runs/<dataset>_<method>, see compose)
@@ -46,12 +47,23 @@ LIGHTNING_CKPT_NAMES = ("best", "hpc", "registry")
 
 
 class SaveConfigToTensorBoard(SaveConfigCallback):
-    """Save the resolved config as ``config.yaml`` in the run dir and in TensorBoard's text tab
-    (not under ``fast_dev_run``, which writes no run folder)."""
+    """Save the resolved config as ``config.yaml`` in the run dir (atomically: a reader never
+    sees half of it) and in TensorBoard's text tab (not under ``fast_dev_run``, which writes no
+    run folder)."""
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if not trainer.fast_dev_run:
-            super().setup(trainer, pl_module, stage)
+        if trainer.fast_dev_run or self.already_saved:
+            return
+        if self.multifile or not self.overwrite or not self.save_to_log_dir:
+            super().setup(trainer, pl_module, stage)  # Lightning's own writing
+            return
+        log_dir = trainer.log_dir  # a broadcast every process joins
+        if trainer.is_global_zero:
+            text = self.parser.dump(self.config, skip_none=False)
+            write_text(Path(log_dir) / self.config_filename, text)
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
     def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
         text = self.parser.dump(self.config, skip_none=False)
@@ -79,6 +91,17 @@ def methods_help() -> str:
 
 class NoisyLabelsCLI(LightningCLI):
     """LightningCLI with the project's checkpointing, links and post-fit test."""
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Lightning's parsing; also keeps the command line (``self.command``) for
+        ``results.json``'s provenance."""
+        if args is None or isinstance(args, (list, tuple)):
+            self.command: list[str] | None = [
+                str(a) for a in (sys.argv[1:] if args is None else args)
+            ]
+        else:
+            self.command = None
+        super().parse_arguments(parser, args)
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         """Lightning's parser with a ``--config`` that understands ``compose:``."""
@@ -198,6 +221,7 @@ class NoisyLabelsCLI(LightningCLI):
             select_best=False,
             subset_statistics=False,
             save_config=False,
+            command=getattr(self, "command", None),
         )
         self.results = results
         if results is None:

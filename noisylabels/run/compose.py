@@ -97,6 +97,13 @@ def read_composed(path: Path, _stack: tuple[Path, ...] = ()) -> list[tuple[Path,
     return [*parts, (path, content, True)]
 
 
+def config_files(value: Any) -> list[Path]:
+    """The files a ``--config`` value reads, in the order they apply (the files it composes,
+    then itself); empty for config text."""
+    path = _as_file(value)
+    return [] if path is None else [part for part, _, _ in read_composed(path)]
+
+
 class ComposedConfigFile(ActionConfigFile):
     """``--config`` that understands ``compose:`` (see the module docstring)."""
 

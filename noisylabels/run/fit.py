@@ -25,11 +25,13 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import lightning as L
+from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, Checkpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from noisylabels.callbacks import DivergenceGuard, EpochLog, TailTest, TransitionMonitor
 from noisylabels.data import NoisyDataModule
@@ -39,7 +41,7 @@ from noisylabels.run.artifacts import (
     run_dir,
     write_transition_estimate,
 )
-from noisylabels.run.checkpoints import LastCheckpoint, discard_failed_run, resume_history
+from noisylabels.run.checkpoints import LAST, LastCheckpoint, discard_failed_run, resume_history
 from noisylabels.run.defaults import (
     ConfigRecord,
     command_line_callbacks,
@@ -47,6 +49,8 @@ from noisylabels.run.defaults import (
     trainer_objects,
 )
 from noisylabels.run.results import build_results, tail_summary, write_results
+from noisylabels.run.stops import StopSignals, refuse_hpc_checkpoints
+from noisylabels.run.storage import AtomicCheckpointIO, storage_error
 
 RESULTS_FILE = "results.json"
 LAST_METRIC = "test/acc_last"
@@ -105,6 +109,7 @@ def fit_and_test(
     subset_statistics: bool = True,
     save_config: bool = True,
     save_results: bool = True,
+    command: Sequence[str] | None = None,
 ) -> dict[str, Any] | None:
     """Fit ``model`` on ``datamodule``, test the best checkpoint (by the trainer's checkpoint
     callback; the final model where there is none) and the last epoch's model on the clean test
@@ -133,8 +138,13 @@ def fit_and_test(
             to ``results.json``'s provenance. Ignored when ``config`` is given (the command
             line writes its own).
         save_results: write ``results.json`` and the final T̂ to the run folder.
+        command: the command line of the run (``["fit", "--config", ...]``), recorded with its
+            hash in ``results.json``'s provenance (a sweep compares it with the run it plans).
 
     Under ``fast_dev_run`` (a smoke test of every stage, not a result) nothing is written.
+    SIGTERM, and under SLURM SIGUSR1, stop the run at the next safe point with
+    ``unfinished.txt`` in its folder (:mod:`noisylabels.run.stops`); a full disk or a read-only
+    folder raises :class:`~noisylabels.errors.StorageError`.
 
     Returns:
         The results (also written to ``results.json``) on process 0; ``None`` on the others.
@@ -149,24 +159,67 @@ def fit_and_test(
     if config is None and save_config:
         config = run_config(model, datamodule, trainer, seed)
         attach_callbacks(trainer, [ConfigRecord(config, trainer_objects(trainer))])
-    try:
-        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
-    except BaseException:
-        discard_failed_run(trainer)  # a folder holding nothing to resume from
-        raise
-    resumed = resume_history(trainer)  # before a test from a checkpoint restores its states
-    tail = tail_summary(trainer)
-    test_metrics = None
-    if test:
-        with warnings.catch_warnings():
-            # last.ckpt's writer is a second checkpoint callback; "best" is the first one's
-            warnings.filterwarnings(
-                "ignore", message=r".*configured with multiple `ModelCheckpoint`"
-            )
-            test_metrics = test_last_and_best(model, datamodule, trainer)
+    if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+        trainer.strategy.checkpoint_io = AtomicCheckpointIO()  # staged in the run's folder
+    last = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
+    with StopSignals(trainer) as signals:
+        if last is not None:
+            last.signals = signals
+        try:
+            refuse_hpc_checkpoints(trainer, ckpt_path)
+            try:
+                trainer.fit(
+                    model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only
+                )
+            except BaseException:
+                discard_failed_run(trainer)  # a folder holding nothing to resume from
+                raise
+            try:
+                signals.check()
+                resumed = resume_history(trainer)  # before a test restores other states
+                tail = tail_summary(trainer)
+                test_metrics = None
+                if test:
+                    test_metrics = test_last_and_best(model, datamodule, trainer, signals)
+                signals.check()
+                results = _results(
+                    trainer, model, datamodule, seed, start, test_metrics, config, resumed, tail,
+                    command,
+                )  # fmt: skip
+                if results is not None and not trainer.fast_dev_run:
+                    log_hp_metric(trainer, results["test_acc"])
+                    if save_results:
+                        folder = run_dir(trainer)
+                        write_transition_estimate(folder, model)
+                        write_results(results, folder / RESULTS_FILE)
+                return results
+            except (Exception, SIGTERMException, KeyboardInterrupt) as err:
+                if last is not None:  # a stop or failure between the trainer's calls
+                    last.record_failure(trainer, err)
+                raise
+        except OSError as err:
+            found = storage_error(err)
+            if found is None or found is err:
+                raise
+            raise found from err
+
+
+def _results(
+    trainer: L.Trainer,
+    model: L.LightningModule,
+    datamodule: L.LightningDataModule,
+    seed: int | None,
+    start: float,
+    test_metrics: dict[str, Any] | None,
+    config: Mapping[str, Any] | None,
+    resumed: list[dict[str, Any]],
+    tail: dict[str, Any] | None,
+    command: Sequence[str] | None,
+) -> dict[str, Any] | None:
+    """The results of a fit (``None`` off process 0)."""
     if not trainer.is_global_zero:
         return None
-    results = build_results(
+    return build_results(
         trainer,
         model,
         datamodule,
@@ -176,38 +229,43 @@ def fit_and_test(
         config=config,
         resumed=resumed,
         tail=tail,
+        command=command,
     )
-    if trainer.fast_dev_run:
-        return results
-    log_hp_metric(trainer, results["test_acc"])
-    if save_results:
-        folder = run_dir(trainer)
-        write_transition_estimate(folder, model)
-        write_results(results, folder / RESULTS_FILE)
-    return results
 
 
 def test_last_and_best(
-    model: L.LightningModule, datamodule: L.LightningDataModule, trainer: L.Trainer
+    model: L.LightningModule,
+    datamodule: L.LightningDataModule,
+    trainer: L.Trainer,
+    signals: StopSignals | None = None,
 ) -> dict[str, Any]:
     """Test the model as fit left it (the last epoch, logged as ``test/acc_last``), then the
     best checkpoint (``test/acc``; the same model where there is none), on the clean test set.
-    Returns both metrics."""
+    Both name their checkpoint: ``checkpoints/last.ckpt`` (the end of the last epoch) and the
+    best one, so that no other checkpoint (e.g. Lightning's SLURM ``hpc_ckpt``) is picked up.
+    ``signals``: stop between the two tests where a stop signal arrived. Returns both metrics."""
     metrics: dict[str, Any] = {}
-    has_best = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
-    if has_best:
-        previous = getattr(model, "test_metric", None)
-        model.test_metric = LAST_METRIC
-        try:
-            out = trainer.test(model, datamodule=datamodule, ckpt_path=None, verbose=False)
-        finally:
-            model.test_metric = previous or "test/acc"
-        last = dict(out[0]) if out else {}
-        if LAST_METRIC not in last and "test/acc" in last:  # a module that logs test/acc only
-            last[LAST_METRIC] = last.pop("test/acc")
-        metrics.update(last)
-    out = trainer.test(model, datamodule=datamodule, ckpt_path="best" if has_best else None)
+    last = LastCheckpoint.dirpath(trainer) / LAST
+    last_path = str(last) if last.is_file() else None
+    best_path = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
+    with warnings.catch_warnings():
+        # last.ckpt's writer is a second checkpoint callback; "best" is the first one's
+        warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint`")
+        if best_path:
+            previous = getattr(model, "test_metric", None)
+            model.test_metric = LAST_METRIC
+            try:
+                out = trainer.test(model, datamodule=datamodule, ckpt_path=last_path, verbose=False)
+            finally:
+                model.test_metric = previous or "test/acc"
+            tested = dict(out[0]) if out else {}
+            if LAST_METRIC not in tested and "test/acc" in tested:  # a module of its own
+                tested[LAST_METRIC] = tested.pop("test/acc")
+            metrics.update(tested)
+            if signals is not None:
+                signals.check()
+        out = trainer.test(model, datamodule=datamodule, ckpt_path=best_path or last_path)
     metrics.update(out[0] if out else {})
-    if not has_best and "test/acc" in metrics:
+    if not best_path and "test/acc" in metrics:
         metrics[LAST_METRIC] = metrics["test/acc"]
     return metrics

@@ -4,7 +4,9 @@
 apart (or matched) without their run folders: the versions of noisylabels, torch, lightning and
 Python, the git commit of the project checkout the package was imported from (``null`` when it
 is not a git checkout, e.g. an installed wheel; ``git_dirty`` when it has uncommitted changes),
-a SHA-256 of the resolved configuration and a SHA-256 of the noisy training labels.
+a SHA-256 of the resolved configuration and a SHA-256 of the noisy training labels; for a run
+of the command line also the command (``command``) and :func:`command_sha256`, the hash a sweep
+compares to tell a finished run of its grid point from one run with other options.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import hashlib
 import json
 import platform
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +23,19 @@ import lightning as L
 import torch
 
 import noisylabels
+from noisylabels.run.compose import config_files
 
 # options that say where things are or how a run started, not what the experiment is
 CONFIG_KEYS_IGNORED = ("config", "ckpt_path")
 TRAINER_KEYS_IGNORED = ("default_root_dir",)
+# command-line options (each with its value) that say where a run goes or how it shows
+# progress, not what it is: a command hashes alike with or without them
+COMMAND_OPTIONS_IGNORED = (
+    "--trainer.default_root_dir",
+    "--ckpt_path",
+    "--trainer.enable_progress_bar",
+)
+CONFIG_OPTIONS = ("--config", "-c")
 
 
 def labels_sha256(datamodule: Any) -> str | None:
@@ -47,6 +58,51 @@ def config_sha256(config: Mapping[str, Any]) -> str:
             k: v for k, v in kept["trainer"].items() if k not in TRAINER_KEYS_IGNORED
         }
     text = json.dumps(kept, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _config_digest(value: str) -> str:
+    """A ``--config`` value as what it holds: ``sha256:...`` of the file and of every file it
+    composes, in order (so a moved file hashes alike and an edited one does not); config text
+    as it is."""
+    files = config_files(value)
+    if not files:
+        return value
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return f"sha256:{digest.hexdigest()}"
+
+
+def command_identity(argv: Sequence[str]) -> list[str]:
+    """The arguments of a ``noisylabels fit`` command (``["fit", "--config", "X.yaml", ...]``)
+    that say what the experiment is: :data:`COMMAND_OPTIONS_IGNORED` left out and each config
+    file replaced by the digest of its content (with the files it composes)."""
+    out: list[str] = []
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        arg = str(items[i])
+        key, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        has_value = not eq and i + 1 < len(items)
+        value = inline if eq else (str(items[i + 1]) if has_value else None)
+        step = 1 if eq or not has_value else 2
+        if key in COMMAND_OPTIONS_IGNORED:
+            i += step
+            continue
+        if key in CONFIG_OPTIONS and value is not None:
+            out += ["--config", _config_digest(value)]
+            i += step
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def command_sha256(argv: Sequence[str]) -> str:
+    """SHA-256 of :func:`command_identity`: equal for two commands of the same experiment,
+    wherever their runs are written and whether or not they resume."""
+    text = json.dumps(command_identity(argv))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -74,11 +130,15 @@ def git_state(root: Path | None = None) -> tuple[str | None, bool | None]:
 
 
 def provenance(
-    model: Any, datamodule: Any, config: Mapping[str, Any] | None = None
+    model: Any,
+    datamodule: Any,
+    config: Mapping[str, Any] | None = None,
+    command: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The ``provenance`` block of ``results.json``. ``config``: the resolved command-line
     configuration; without it (a run from Python) the hash is of the model's and data
-    module's hyperparameters."""
+    module's hyperparameters. ``command``: the command line (``command`` and
+    ``command_sha256`` are ``null`` without it)."""
     if config is None:
         config = {
             "model": dict(getattr(model, "hparams", {})),
@@ -94,4 +154,6 @@ def provenance(
         "git_dirty": dirty,
         "config_sha256": config_sha256(config),
         "noisy_labels_sha256": labels_sha256(datamodule),
+        "command": None if command is None else [str(a) for a in command],
+        "command_sha256": None if command is None else command_sha256(command),
     }

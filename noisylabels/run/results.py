@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run.checkpoints import resume_history
 from noisylabels.run.provenance import provenance
+from noisylabels.run.storage import write_json
 
 
 def _number(value: Any) -> float | None:
@@ -47,12 +47,14 @@ def build_results(
     config: Mapping[str, Any] | None = None,
     resumed: list[dict[str, Any]] | None = None,
     tail: dict[str, Any] | None = None,
+    command: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Collect the summary of a finished fit (+ test) into a JSON-ready dict. ``config``: the
     resolved command-line configuration, hashed into ``provenance``; ``resumed``: the fit's
     :func:`resume_history` and ``tail`` its :func:`tail_summary` (read from the trainer when not
     given; a test from a checkpoint restores the callbacks' states of that checkpoint, so a
-    caller reads them before testing)."""
+    caller reads them before testing); ``command``: the run's command line, recorded with its hash
+    in ``provenance``."""
     path, epoch, score = best_checkpoint(trainer)
     monitor = getattr(trainer.checkpoint_callback, "monitor", None)
     val_acc = score if monitor == "val/acc" else None
@@ -91,7 +93,7 @@ def build_results(
         "wall_time_s": wall_time_s,
         "checkpoint": path,
         "resumed": resume_history(trainer) if resumed is None else resumed,
-        "provenance": provenance(model, datamodule, config),
+        "provenance": provenance(model, datamodule, config, command),
     }
 
 
@@ -104,8 +106,6 @@ def tail_summary(trainer: L.Trainer) -> dict[str, Any] | None:
 
 
 def write_results(results: dict[str, Any], path: str | Path) -> Path:
-    """Write ``results`` as pretty JSON and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n")
-    return path
+    """Write ``results`` as pretty JSON, atomically (a reader never sees half of it), and
+    return the path."""
+    return write_json(path, results)

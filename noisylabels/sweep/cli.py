@@ -7,9 +7,12 @@ Examples::
     noisylabels sweep configs/sweeps/table1_mnist.yaml --parallel 2 \\
         --where method=forward,forward_vrnl --where noise=sym-0.2 -- --data.data_dir DATA
     noisylabels sweep configs/sweeps/table1_cifar10.yaml --launcher slurm --submit \\
-        --slurm-setup 'source .venv/bin/activate' -- --data.data_dir /data
+        --slurm-setup-file setup.sh -- --data.data_dir /data
 
-Arguments after ``--`` are added to every run's ``noisylabels fit`` command.
+Arguments after ``--`` are added to every run's ``noisylabels fit`` command. A run is skipped
+where it finished with the same command, rerun where it finished with another (``[stale]``),
+resumed where it was stopped, and left alone where another process writes it
+(:mod:`noisylabels.sweep.records`).
 """
 
 from __future__ import annotations
@@ -17,13 +20,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import shlex
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
 from noisylabels.errors import InputError, NoisyLabelsError
 from noisylabels.run.cli import lightning_command
 from noisylabels.sweep.grid import Run, Sweep, check_classes, display_path, load_sweep
-from noisylabels.sweep.launch import SlurmOptions, run_local, threads_per_run, write_slurm
+from noisylabels.sweep.launch import Outcome, SweepStopped, run_local, threads_per_run
+from noisylabels.sweep.records import RunState, run_state
+from noisylabels.sweep.slurm import SCRIPT, SlurmOptions, slurm_script, write_slurm
+
+PENDING = ("stale", "to resume", "to run")  # the states a sweep runs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="noisylabels sweep",
         description="Run a grid of `noisylabels fit` runs written in a sweep file, skipping "
-        "finished runs (those with a results.json). Arguments after `--` go to every run.",
+        "runs finished with the same command (a results.json of it), rerunning those done with "
+        "other options ([stale]) and resuming stopped ones. Arguments after `--` go to every "
+        "run.",
         allow_abbrev=False,
     )
     p.add_argument("file", type=Path, metavar="FILE.yaml", help="the sweep file")
@@ -43,7 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="AXIS=V1,V2",
         help="keep only the runs with these axis values (repeatable)",
     )
-    p.add_argument("--dry-run", action="store_true", help="print the runs and exit")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print every run with its state and command (and, with --launcher slurm, the "
+        "script it would write) and exit",
+    )
     p.add_argument(
         "--launcher",
         choices=("local", "slurm"),
@@ -63,11 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     slurm.add_argument("--slurm-time", default="24:00:00", help="time limit per run")
     slurm.add_argument("--slurm-partition", help="partition")
     slurm.add_argument("--slurm-gpus", type=int, default=1, help="GPUs per run (0: none)")
-    slurm.add_argument("--slurm-cpus", type=int, default=8, help="CPUs per run")
-    slurm.add_argument("--slurm-mem", default="32G", help="memory per run")
+    slurm.add_argument("--slurm-cpus", type=int, default=4, help="CPUs per run")
+    slurm.add_argument("--slurm-mem", default="16G", help="memory per run")
     slurm.add_argument("--slurm-max-parallel", type=int, help="array tasks running at once")
     slurm.add_argument(
         "--slurm-setup", help="a shell line run before each run, e.g. activating the venv"
+    )
+    slurm.add_argument(
+        "--slurm-setup-file",
+        type=Path,
+        metavar="FILE",
+        help="shell lines each run's task runs first (module load, activating the environment)",
     )
     slurm.add_argument(
         "--sbatch-option",
@@ -117,53 +139,118 @@ def check_options(sweep: Sweep, runs: Sequence[Run], extra: Sequence[str]) -> No
             )
 
 
-def sweep_main(args: argparse.Namespace, extra: list[str]) -> int:
-    """Run the sweep the parsed ``args`` describe; return the exit status."""
-    sweep = load_sweep(args.file, args.root, parse_where(args.where))
-    if not sweep.runs:
-        raise InputError(f"sweep {sweep.name}: --where leaves no run")
-    check_classes(sweep)
-    check_options(sweep, sweep.runs, extra)
-    pending = [r for r in sweep.runs if not r.is_done()]
-    total, done = len(sweep.runs), len(sweep.runs) - len(pending)
-    partial = sum(run.partial_checkpoint() is not None for run in pending)
-    print(
-        f"sweep {sweep.name}: {total} run(s) in {display_path(sweep.folder)}, {done} finished"
-        + (f", {partial} to resume from their last.ckpt" if partial else "")
+def _slurm_options(args: argparse.Namespace) -> SlurmOptions:
+    return SlurmOptions(
+        time=args.slurm_time,
+        partition=args.slurm_partition,
+        gpus=args.slurm_gpus,
+        cpus=args.slurm_cpus,
+        mem=args.slurm_mem,
+        max_parallel=args.slurm_max_parallel,
+        setup=args.slurm_setup,
+        setup_file=args.slurm_setup_file,
+        sbatch_options=args.sbatch_option,
     )
-    if args.dry_run:
-        for run in sweep.runs:
-            state = "done" if run not in pending else "to run"
-            if run in pending and run.partial_checkpoint() is not None:
-                state = "to resume"
-            print(f"  [{state}] {run.name}: noisylabels {' '.join(run.fit_args(extra))}")
-        return 0
-    if not pending:
-        print("nothing to run")
-        return 0
-    if args.launcher == "slurm":
-        opts = SlurmOptions(
-            time=args.slurm_time,
-            partition=args.slurm_partition,
-            gpus=args.slurm_gpus,
-            cpus=args.slurm_cpus,
-            mem=args.slurm_mem,
-            max_parallel=args.slurm_max_parallel,
-            setup=args.slurm_setup,
-            sbatch_options=args.sbatch_option,
+
+
+def _summary(sweep: Sweep, states: dict[str, RunState]) -> str:
+    """The sweep's first line: how many runs, and how many in each state."""
+    count = {kind: sum(s.kind == kind for s in states.values()) for kind in ("done", "stale")}
+    text = f"sweep {sweep.name}: {len(states)} run(s) in {display_path(sweep.folder)}, "
+    text += f"{count['done']} finished"
+    for kind, what in (
+        ("stale", "finished or stopped with other options (rerun)"),
+        ("to resume", "to resume from their last.ckpt"),
+        ("running", "being written by another process (left alone)"),
+    ):
+        n = sum(s.kind == kind for s in states.values())
+        if n:
+            text += f", {n} {what}"
+    unknown = sum(s.kind == "done" and bool(s.note) for s in states.values())
+    if unknown:
+        text += (
+            f" ({unknown} of the finished runs recorded no command, written before runs did: "
+            "counted as finished)"
         )
-        write_slurm(sweep, pending, extra, opts, submit=args.submit)
-        return 0
-    gpus = [g for g in args.gpus.split(",") if g]
-    threads = args.threads or threads_per_run(args.parallel)
-    failures = run_local(sweep, pending, extra, parallel=args.parallel, threads=threads, gpus=gpus)
-    print(f"sweep {sweep.name}: {len(pending) - len(failures)} of {len(pending)} run(s) finished")
+    return text
+
+
+def _stopped(sweep: Sweep, stop: SweepStopped) -> int:
+    """Report a sweep stopped by a signal; return the exit status (128 + the signal)."""
+    name = signal.Signals(stop.signum).name
+    stopped = [o for o in stop.outcomes if o.kind == "stopped"]
+    finished = [o for o in stop.outcomes if o.ok]
+    idle = [o for o in stop.outcomes if o.kind == "not started"]
+    print(
+        f"sweep {sweep.name}: stopped by {name}; {len(finished)} run(s) finished, "
+        f"{len(stopped)} stopped, {len(idle)} not started. Rerunning the sweep resumes the "
+        "stopped runs from their last.ckpt and starts the others:"
+    )
+    for outcome in stopped:
+        print(f"  {outcome.run.name}: {outcome.reason}; log: {display_path(outcome.log)}")
+    return 128 + stop.signum
+
+
+def _report(sweep: Sweep, pending: Sequence[Run], outcomes: Sequence[Outcome]) -> int:
+    failures = [o for o in outcomes if o.kind == "failed"]
+    busy = [o for o in outcomes if o.kind == "busy"]
+    finished = sum(o.ok for o in outcomes)
+    print(f"sweep {sweep.name}: {finished} of {len(pending)} run(s) finished")
+    for outcome in busy:
+        print(f"  {outcome.run.name}: not started, {outcome.reason}")
     if failures:
         print(f"{len(failures)} run(s) failed (rerun the sweep to retry them):")
         for outcome in failures:
             print(f"  {outcome.run.name}: {outcome.reason}; log: {display_path(outcome.log)}")
         return 1
     return 0
+
+
+def sweep_main(args: argparse.Namespace, extra: list[str]) -> int:
+    """Run the sweep the parsed ``args`` describe; return the exit status."""
+    sweep = load_sweep(args.file, args.root, parse_where(args.where))
+    if not sweep.runs:
+        raise InputError(f"sweep {sweep.name}: --where leaves no run")
+    opts = _slurm_options(args) if args.launcher == "slurm" else None
+    if opts is not None:
+        slurm_script(sweep, sweep.runs[:1], extra, opts)  # refuse bad --slurm-* values first
+    check_classes(sweep)
+    check_options(sweep, sweep.runs, extra)
+    states = {run.name: run_state(run, extra) for run in sweep.runs}
+    pending = [run for run in sweep.runs if states[run.name].kind in PENDING]
+    resume = [states[run.name].resume for run in pending]
+    print(_summary(sweep, states))
+    if args.dry_run:
+        for run in sweep.runs:
+            state = states[run.name]
+            command = shlex.join(["noisylabels", *run.fit_args(extra, resume=state.resume)])
+            print(f"  [{state.kind}] {run.name}: {command}")
+            if state.note and state.kind != "done":
+                print(f"      {state.note}")
+        if opts is not None and pending:
+            script = sweep.folder / "slurm" / SCRIPT
+            print(f"\n# {display_path(script)} (not written: --dry-run)")
+            print(slurm_script(sweep, pending, extra, opts, resume), end="")
+        return 0
+    for run in sweep.runs:
+        if states[run.name].kind == "running":
+            print(f"  {run.name}: {states[run.name].note}; left alone")
+    if not pending:
+        print("nothing to run")
+        return 0
+    if opts is not None:
+        write_slurm(sweep, pending, extra, opts, resume=resume, submit=args.submit)
+        return 0
+    gpus = [g for g in args.gpus.split(",") if g]
+    threads = args.threads or threads_per_run(args.parallel)
+    try:
+        outcomes = run_local(
+            sweep, pending, extra, parallel=args.parallel, threads=threads, gpus=gpus,
+            resume=resume,
+        )  # fmt: skip
+    except SweepStopped as stop:
+        return _stopped(sweep, stop)
+    return _report(sweep, pending, outcomes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         code = sweep_main(args, extra)
     except (NoisyLabelsError, FileNotFoundError, ValueError) as err:
         parser.error(str(err))
+    except KeyboardInterrupt:  # Ctrl-C before any run started
+        print("noisylabels sweep: interrupted (Ctrl-C) before any run started", flush=True)
+        code = 128 + signal.SIGINT
     if code:
         raise SystemExit(code)
     return code

@@ -21,8 +21,9 @@ file and/or options) and rules that add options where axis values meet::
 Config paths are relative to the sweep file. An axis written as ``{values, options}`` sets each
 option to the value, and its folders are named ``<axis>-<value>`` (``seed-2``). Every run is
 one ``noisylabels fit`` process with ``--trainer.default_root_dir`` set to its folder; a folder
-holding a ``results.json`` is a finished run, and a folder holding only a ``last.ckpt`` (a run
-that was stopped) is resumed from it (``--ckpt_path last``). Launching is in
+holding a ``results.json`` of the run's command is a finished run, and a folder holding only a
+``last.ckpt`` (a run that was stopped) is resumed from it (``--ckpt_path last``; see
+:mod:`noisylabels.sweep.records` for runs done with other options). Launching is in
 :mod:`noisylabels.sweep.launch`; the command line ``noisylabels sweep`` in
 :mod:`noisylabels.sweep.cli`.
 """
@@ -44,6 +45,7 @@ from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, MissingFileError
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run.compose import listed_files, read_composed, read_yaml
+from noisylabels.run.provenance import command_sha256
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 CONFIG_KEY = "config"
@@ -79,9 +81,11 @@ class Run:
         found = sorted(self.folder.glob(LAST_CHECKPOINT), key=lambda p: p.stat().st_mtime)
         return found[-1] if found else None
 
-    def fit_args(self, extra: Iterable[str] = ()) -> list[str]:
+    def fit_args(self, extra: Iterable[str] = (), resume: bool | None = None) -> list[str]:
         """The arguments of ``noisylabels fit`` for this run: configs first, then options,
-        no progress bar (its output goes to a log file), ``extra``, the run's folder."""
+        no progress bar (its output goes to a log file), ``extra``, the run's folder, and
+        ``--ckpt_path last`` where ``resume`` (``None``: where the folder holds a stopped run's
+        ``last.ckpt``; the sweep decides with :func:`noisylabels.sweep.records.run_state`)."""
         argv = ["fit"]
         for config in self.configs:
             argv += ["--config", display_path(config)]
@@ -89,9 +93,16 @@ class Run:
             argv += [f"--{key}", format_value(value)]
         argv += ["--trainer.enable_progress_bar", "false", *extra]
         argv += ["--trainer.default_root_dir", display_path(self.folder)]
-        if self.partial_checkpoint() is not None:  # a stopped run goes on where it stopped
+        if resume is None:
+            resume = self.partial_checkpoint() is not None
+        if resume:  # a stopped run goes on where it stopped
             argv += ["--ckpt_path", "last"]
         return argv
+
+    def command_sha256(self, extra: Iterable[str] = ()) -> str:
+        """The hash of this run's command (:func:`noisylabels.run.provenance.command_sha256`),
+        which its ``results.json`` records: equal for runs of the same options."""
+        return command_sha256(self.fit_args(extra, resume=False))
 
 
 @dataclass

@@ -1,16 +1,17 @@
-"""Launching a sweep's runs: local processes, or one SLURM job array.
+"""Launching a sweep's runs on this machine: local processes, stopped together.
 
 Every run is its own ``noisylabels fit`` process writing into the run's folder (its output in
-``fit.log`` there, its grid point and command in ``sweep_run.json``).
+``fit.log`` there, its grid point, command and the command's hash in ``sweep_run.json``).
+:func:`run_local` runs ``parallel`` processes at a time, the CPU threads split between them
+(``OMP_NUM_THREADS``), optionally spread over GPUs; it keeps going past a failed run, prints
+progress (done / total, failures, ETA) and returns how every run ended.
 
-* :func:`run_local` runs ``parallel`` processes at a time on this machine, the CPU threads split
-  between them (``OMP_NUM_THREADS``), optionally spread over GPUs; it keeps going past a failed
-  run, prints progress (done / total, failures, ETA) and returns the failures.
-* :func:`write_slurm` writes one SLURM job array script, one run per array task. Each task runs
-  ``srun noisylabels fit``, and Lightning's SLURM support does the rest: on ``SIGUSR1`` before
-  the time limit it saves an HPC checkpoint in the run's folder and requeues the task
-  (``scontrol requeue JOB_TASK``), and the requeued task resumes from that checkpoint. A task
-  whose run already has a ``results.json`` exits at once.
+Each run's folder is locked while its process lives (``run.lock``, :mod:`noisylabels.sweep.lock`):
+a folder that another process writes is left alone. The runs start in their own sessions (a
+terminal's Ctrl-C does not reach them directly): on SIGTERM or SIGINT the sweep starts no new
+run, sends its running runs SIGTERM (their clean stop: each keeps its ``last.ckpt`` and marks
+its folder unfinished), waits for them and raises :class:`SweepStopped` listing them; a second
+signal kills them. The SLURM job array is :mod:`noisylabels.sweep.slurm`.
 """
 
 from __future__ import annotations
@@ -18,29 +19,36 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from noisylabels.errors import InputError
-from noisylabels.sweep.grid import RESULTS_FILE, RUN_FILE, Run, Sweep, display_path
+from noisylabels.run.storage import storage_error
+from noisylabels.sweep.grid import RESULTS_FILE, Run, Sweep, display_path
+from noisylabels.sweep.lock import RunLock
+from noisylabels.sweep.records import write_run_file
 
 LOG_FILE = "fit.log"
 #: how a run's process starts; ``fit ...`` follows
 FIT_COMMAND = [sys.executable, "-m", "noisylabels.cli"]
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+WAIT_S = 0.2  # how often the sweep looks for a stop signal while its runs go on
 
 
 @dataclass
 class Outcome:
-    """How one run ended: ``ok``, the seconds it took, where its output is, its results."""
+    """How one run ended: ``kind`` (``finished``, ``failed``, ``stopped``, ``busy``: another
+    process writes its folder, ``not started``), the seconds it took, where its output is, its
+    results and why it did not finish."""
 
     run: Run
     ok: bool
@@ -48,6 +56,15 @@ class Outcome:
     log: Path
     results: dict[str, Any] | None = None
     reason: str = ""
+    kind: str = "finished"
+
+
+class SweepStopped(Exception):
+    """A stop signal ended the sweep: the signal and how every run ended."""
+
+    def __init__(self, signum: int, outcomes: list[Outcome]) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum, self.outcomes = signum, outcomes
 
 
 def cpu_count() -> int:
@@ -73,18 +90,14 @@ def format_duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def write_run_file(sweep: Sweep, run: Run, command: Sequence[str]) -> None:
-    """Record the run's grid point and command in its folder (``sweep_run.json``)."""
-    run.folder.mkdir(parents=True, exist_ok=True)
-    record = {"sweep": sweep.name, "sweep_file": display_path(sweep.path), "point": run.point}
-    record["command"] = list(command)
-    (run.folder / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
-
-
 def read_results(folder: Path) -> dict[str, Any] | None:
-    """The newest ``results.json`` under ``folder``, or ``None``."""
+    """The newest ``results.json`` under ``folder``, or ``None`` (also where it cannot be
+    read)."""
     found = sorted(folder.rglob(RESULTS_FILE), key=lambda p: p.stat().st_mtime)
-    return json.loads(found[-1].read_text()) if found else None
+    try:
+        return json.loads(found[-1].read_text()) if found else None
+    except (OSError, ValueError):
+        return None
 
 
 class Progress:
@@ -97,9 +110,11 @@ class Progress:
         self.lock = threading.Lock()
 
     def finished(self, outcome: Outcome) -> None:
+        if outcome.kind == "not started":
+            return
         with self.lock:
             self.durations.append(outcome.seconds)
-            self.failed += not outcome.ok
+            self.failed += outcome.kind == "failed"
             done = len(self.durations)
             left = self.total - done
             eta = sum(self.durations) / done * left / self.parallel if left else 0.0
@@ -108,6 +123,10 @@ class Progress:
                 what = f"test acc {_fmt(best)} (last epoch {_fmt(last)})"
             elif outcome.ok:
                 what = "finished"
+            elif outcome.kind == "busy":
+                what = f"not started: {outcome.reason}"
+            elif outcome.kind == "stopped":
+                what = f"{outcome.reason}; it keeps its last.ckpt"
             else:
                 what = f"FAILED ({outcome.reason}; see {display_path(outcome.log)})"
             self.print(
@@ -126,30 +145,57 @@ def run_process(
     run: Run,
     extra: Sequence[str],
     env: Mapping[str, str],
-    processes: dict[int, subprocess.Popen],
+    started: Callable[[subprocess.Popen], None],
+    resume: bool | None = None,
 ) -> Outcome:
     """Run one grid point as a ``noisylabels fit`` process with ``env`` (its output appended
-    to ``fit.log`` in the run's folder); ``processes`` holds it while it runs."""
-    command = [*FIT_COMMAND, *run.fit_args(extra)]
-    write_run_file(sweep, run, command)
+    to ``fit.log`` in the run's folder), holding the folder's lock while it lives; ``started``
+    is called with the process once it runs. ``resume``: continue from the run's
+    ``last.ckpt`` (``None``: where it has one)."""
     log = run.folder / LOG_FILE
-    start = time.perf_counter()
-    with open(log, "a") as out:
-        out.write(f"$ {shlex.join(command)}\n")
-        out.flush()
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=dict(env), start_new_session=True
-        )
-        processes[process.pid] = process
-        code = process.wait()
-        processes.pop(process.pid, None)
+    lock = RunLock(run.folder, by=f"noisylabels sweep {sweep.name} (PID {os.getpid()})")
+    busy = lock.acquire()
+    if busy is not None:
+        reason = f"being written by {busy}; left alone"
+        return Outcome(run, False, 0.0, log, reason=reason, kind="busy")
+    try:
+        command = [*FIT_COMMAND, *run.fit_args(extra, resume=resume)]
+        write_run_file(sweep, run, command, run.command_sha256(extra))
+        start = time.perf_counter()
+        with open(log, "a") as out:
+            if lock.stale is not None:
+                out.write(f"# took over the stale run.lock of {lock.stale} (no longer running)\n")
+            out.write(f"$ {shlex.join(command)}\n")
+            out.flush()
+            assert lock.fd is not None
+            process = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                start_new_session=True,
+                pass_fds=(lock.fd,),  # the run holds its folder's lock, even past the sweep
+            )
+            lock.record(process.pid)
+            started(process)
+            code = process.wait()
+    finally:
+        lock.release()
     seconds = time.perf_counter() - start
     results = read_results(run.folder)
     if code != 0:
-        return Outcome(run, False, seconds, log, reason=f"exit status {code}")
+        return Outcome(run, False, seconds, log, reason=f"exit status {code}", kind="failed")
     if results is None:
-        return Outcome(run, False, seconds, log, reason=f"no {RESULTS_FILE} written")
+        reason = f"no {RESULTS_FILE} written"
+        return Outcome(run, False, seconds, log, reason=reason, kind="failed")
     return Outcome(run, True, seconds, log, results)
+
+
+def _signal(process: subprocess.Popen, signum: int) -> None:
+    try:
+        process.send_signal(signum)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
 
 
 def run_local(
@@ -160,12 +206,15 @@ def run_local(
     parallel: int = 1,
     threads: int | None = None,
     gpus: Sequence[str] = (),
+    resume: Sequence[bool] | None = None,
     print_fn: Callable[[str], None] = print,
 ) -> list[Outcome]:
     """Run ``runs`` as ``noisylabels fit`` processes, ``parallel`` at a time, each with
     ``threads`` CPU threads (default: the CPUs split between the processes) and, where
-    ``gpus`` are given, the GPU of its slot (``CUDA_VISIBLE_DEVICES``, round robin). Returns
-    the failed runs' outcomes; a failure never stops the others."""
+    ``gpus`` are given, the GPU of its slot (``CUDA_VISIBLE_DEVICES``, round robin);
+    ``resume``: per run, whether it continues from its ``last.ckpt`` (default: where it has
+    one). Returns every run's outcome; a failure never stops the others. SIGTERM or SIGINT
+    stops the runs and raises :class:`SweepStopped` (see the module docstring)."""
     if parallel < 1:
         raise InputError(f"--parallel must be >= 1, got {parallel}")
     threads = threads or threads_per_run(parallel)
@@ -173,19 +222,36 @@ def run_local(
     free_slots = list(range(parallel))
     lock = threading.Lock()
     processes: dict[int, subprocess.Popen] = {}
+    stopping = threading.Event()
     base_env = dict(os.environ, **{v: str(threads) for v in THREAD_VARIABLES})
 
-    def launch(run: Run) -> Outcome:
+    def started(process: subprocess.Popen) -> None:
+        with lock:
+            processes[process.pid] = process
+            if stopping.is_set():  # started while the sweep stops: stop it too
+                _signal(process, signal.SIGTERM)
+
+    def launch(run: Run, resume_run: bool | None) -> Outcome:
+        log = run.folder / LOG_FILE
+        if stopping.is_set():
+            return Outcome(run, False, 0.0, log, reason="not started", kind="not started")
         with lock:
             slot = free_slots.pop(0)
         env = dict(base_env)
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
         try:
-            outcome = run_process(sweep, run, extra, env, processes)
+            outcome = run_process(sweep, run, extra, env, started, resume_run)
+        except OSError as err:  # the run folder cannot be written
+            reason = str(storage_error(err) or err)
+            outcome = Outcome(run, False, 0.0, log, reason=reason, kind="failed")
         finally:
             with lock:
                 free_slots.append(slot)
+                for pid in [p for p, proc in processes.items() if proc.poll() is not None]:
+                    processes.pop(pid)
+        if stopping.is_set() and outcome.kind == "failed" and outcome.seconds > 0:
+            outcome.kind, outcome.reason = "stopped", f"stopped ({outcome.reason})"
         progress.finished(outcome)
         return outcome
 
@@ -193,103 +259,56 @@ def run_local(
         f"{len(runs)} run(s), {parallel} at a time, {threads} CPU thread(s) each"
         + (f", GPUs {','.join(gpus)}" if gpus else "")
     )
+    received: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, lambda s, _: received.append(s))
     pool = ThreadPoolExecutor(max_workers=parallel)
     try:
-        outcomes = list(pool.map(launch, runs))
-    except KeyboardInterrupt:
-        for process in list(processes.values()):  # the runs this sweep started, by their ids
-            process.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown()
-    return [o for o in outcomes if not o.ok]
+        flags = list(resume) if resume is not None else [None] * len(runs)
+        futures = [pool.submit(launch, run, flag) for run, flag in zip(runs, flags, strict=True)]
+        handled = 0
+        while True:
+            _, waiting = wait(futures, timeout=WAIT_S, return_when=FIRST_COMPLETED)
+            if len(received) > handled:
+                handled = _stop(sweep, received, handled, stopping, lock, processes, print_fn)
+            if not waiting:
+                break
+        outcomes = [future.result() for future in futures]
+    finally:
+        pool.shutdown(wait=True)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:
+        raise SweepStopped(received[0], outcomes)
+    return outcomes
 
 
-# ----------------------------------------------------------------------------- SLURM
-@dataclass
-class SlurmOptions:
-    """Resources of each array task and the job's settings."""
-
-    time: str = "24:00:00"
-    partition: str | None = None
-    gpus: int = 1
-    cpus: int = 8
-    mem: str | None = "32G"
-    max_parallel: int | None = None
-    setup: str | None = None
-    sbatch_options: Sequence[str] = ()
-
-
-def slurm_script(sweep: Sweep, runs: Sequence[Run], extra: Sequence[str], opts: SlurmOptions):
-    """The text of a SLURM job-array script running ``runs``, one per array task."""
-    folder = sweep.folder / "slurm"
-    array = f"0-{len(runs) - 1}" + (f"%{opts.max_parallel}" if opts.max_parallel else "")
-    lines = [
-        "#!/bin/bash",
-        f"# Sweep {sweep.name} ({display_path(sweep.path)}): {len(runs)} run(s), one per array",
-        "# task. Written by `noisylabels sweep --launcher slurm`; submit with sbatch. On SIGUSR1",
-        "# (90 s before the time limit) Lightning saves an HPC checkpoint in the run's folder and",
-        "# requeues the task, which resumes from it; a run with a results.json is skipped.",
-        f"#SBATCH --job-name={sweep.name}",
-        f"#SBATCH --array={array}",
-        "#SBATCH --ntasks=1",
-        f"#SBATCH --cpus-per-task={opts.cpus}",
-        f"#SBATCH --time={opts.time}",
-        f"#SBATCH --output={display_path(folder)}/%A_%a.out",
-        "#SBATCH --open-mode=append",
-        "#SBATCH --signal=SIGUSR1@90",
-    ]
-    if opts.gpus:
-        lines.append(f"#SBATCH --gpus-per-task={opts.gpus}")
-    if opts.mem:
-        lines.append(f"#SBATCH --mem={opts.mem}")
-    if opts.partition:
-        lines.append(f"#SBATCH --partition={opts.partition}")
-    lines += [f"#SBATCH {option}" for option in opts.sbatch_options]
-    lines += ["set -euo pipefail", f"cd {shlex.quote(str(Path.cwd()))}"]
-    if opts.setup:
-        lines.append(opts.setup)
-    lines += [
-        'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
-        'case "${SLURM_ARRAY_TASK_ID}" in',
-    ]
-    for i, run in enumerate(runs):
-        command = shlex.join(["noisylabels", *run.fit_args(extra)])
-        lines.append(f"  {i}) folder={shlex.quote(display_path(run.folder))}; set -- {command} ;;")
-    lines += [
-        '  *) echo "no run for array task ${SLURM_ARRAY_TASK_ID}" >&2; exit 2 ;;',
-        "esac",
-        'if [ -n "$(find "$folder" -name results.json -print -quit 2>/dev/null)" ]; then',
-        '  echo "$folder: finished before (results.json exists)"; exit 0',
-        "fi",
-        'mkdir -p "$folder"',
-        'srun "$@"',
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def write_slurm(
+def _stop(
     sweep: Sweep,
-    runs: Sequence[Run],
-    extra: Sequence[str],
-    opts: SlurmOptions,
-    *,
-    submit: bool = False,
-    print_fn: Callable[[str], None] = print,
-) -> Path:
-    """Write the job-array script of ``runs`` to ``<root>/<name>/slurm/array.sbatch`` (and each
-    run's ``sweep_run.json``); with ``submit``, submit it with ``sbatch``. Returns the script."""
-    if submit and shutil.which("sbatch") is None:
-        raise InputError("--submit needs SLURM's sbatch on PATH; submit the written script there")
-    script = sweep.folder / "slurm" / "array.sbatch"
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(slurm_script(sweep, runs, extra, opts))
-    for run in runs:
-        write_run_file(sweep, run, ["noisylabels", *run.fit_args(extra)])
-    print_fn(f"wrote {display_path(script)}: a job array of {len(runs)} task(s)")
-    if submit:
-        out = subprocess.run(["sbatch", str(script)], capture_output=True, text=True)
-        if out.returncode != 0:
-            raise InputError(f"sbatch refused {script}: {out.stderr.strip() or out.stdout}")
-        print_fn(out.stdout.strip())
-    return script
+    received: list[int],
+    handled: int,
+    stopping: threading.Event,
+    lock: threading.Lock,
+    processes: dict[int, subprocess.Popen],
+    print_fn: Callable[[str], None],
+) -> int:
+    """Act on the stop signals received since ``handled``: the first stops the runs with
+    SIGTERM, a later one kills them. Returns the number of signals handled."""
+    first = handled == 0
+    name = signal.Signals(received[-1]).name
+    stopping.set()
+    with lock:
+        running = [p for p in processes.values() if p.poll() is None]
+        for process in running:
+            _signal(process, signal.SIGTERM if first else signal.SIGKILL)
+    if first:
+        print_fn(
+            f"sweep {sweep.name}: {name} received: starting no new run; stopping "
+            f"{len(running)} running run(s) with SIGTERM (each keeps its last.ckpt) and "
+            "waiting for them; send it again (Ctrl-C) to kill them at once"
+        )
+    else:
+        print_fn(f"sweep {sweep.name}: {name} again: killing {len(running)} run(s)")
+    return len(received)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from noisylabels.sweep import launch
+from noisylabels.sweep import launch, slurm
 from noisylabels.sweep.grid import display_path, load_sweep
 
 from conftest import CONFIGS, REPO
@@ -305,7 +305,7 @@ def test_slurm_array_script_runs_one_grid_point_per_task(
 
 
 def test_submit_without_sbatch_says_so(tmp_path: Path, capsys, monkeypatch) -> None:
-    monkeypatch.setattr(launch.shutil, "which", lambda name: None)
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
     with pytest.raises(SystemExit):
         sweep_cli(
             str(write_sweep(tmp_path)), "--root", str(tmp_path), "--launcher", "slurm", "--submit"

@@ -1,0 +1,151 @@
+"""What a sweep knows of a run folder: ``sweep_run.json`` and the state of the run.
+
+``sweep_run.json`` (written when the run is launched, or its SLURM script written) holds the
+sweep, the grid point, the full command and ``command_sha256``, the hash of the command's
+options and of the content of its config files
+(:func:`noisylabels.run.provenance.command_sha256`). The run's ``results.json`` records the
+same hash of the command it was run with, so a sweep tells a run done with its options from one
+done with others (a trial with fewer epochs, an edited preset):
+
+=============  ===========================================================================
+``done``       the newest ``results.json`` has this command's hash, or none at all (results
+               written before runs recorded it count as done: their options are unknown)
+``stale``      the newest ``results.json`` (or the stopped attempt's ``sweep_run.json``) has
+               another hash: the run is done again, from the start, in a new version folder
+``to resume``  a stopped attempt of this command left a ``last.ckpt`` (``--ckpt_path last``)
+``running``    a live process holds the folder's ``run.lock`` (:mod:`noisylabels.sweep.lock`)
+``to run``     nothing yet
+=============  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from noisylabels.run.provenance import command_identity
+from noisylabels.run.storage import write_json
+from noisylabels.sweep.grid import RESULTS_FILE, RUN_FILE, Run, Sweep, display_path
+from noisylabels.sweep.lock import holder
+
+LAST_CHECKPOINT = "last.ckpt"
+
+
+def write_run_file(sweep: Sweep, run: Run, command: Sequence[str], sha256: str) -> None:
+    """Record the run's grid point, full command and its hash in its folder
+    (``sweep_run.json``, written atomically)."""
+    record = {
+        "sweep": sweep.name,
+        "sweep_file": display_path(sweep.path),
+        "point": run.point,
+        "command": [str(a) for a in command],
+        "command_sha256": sha256,
+        "written": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    write_json(run.folder / RUN_FILE, record)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        content = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return content if isinstance(content, dict) else None
+
+
+def _newest(paths: Sequence[Path]) -> Path | None:
+    return max(paths, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def _options(argv: Sequence[str]) -> dict[str, list[str]]:
+    """``--key value`` / ``--key=value`` pairs of a command identity, by key (repeatable)."""
+    out: dict[str, list[str]] = {}
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        arg = items[i]
+        if arg.startswith("--") and "=" in arg:
+            key, _, value = arg.partition("=")
+            i += 1
+        elif arg.startswith("--") and i + 1 < len(items) and not items[i + 1].startswith("--"):
+            key, value = arg, items[i + 1]
+            i += 2
+        else:
+            key, value = arg, ""
+            i += 1
+        out.setdefault(key, []).append(value)
+    return out
+
+
+def describe_difference(before: Any, now: Sequence[str]) -> str:
+    """How the ``noisylabels fit`` command ``before`` (a full command line; ``None`` where
+    unknown) differs from ``now``: ``other options: --trainer.max_epochs 1 (now 80)``."""
+    if isinstance(before, list) and "fit" in before:
+        before = before[before.index("fit") :]
+    else:
+        return "other options"
+    old, new = _options(command_identity(before)), _options(command_identity(now))
+    parts = []
+    for key in [*old, *(k for k in new if k not in old)]:
+        if old.get(key) == new.get(key):
+            continue
+        if key == "--config":
+            parts.append("other config file content")
+            continue
+        was = " ".join(old[key]) if key in old else "not given"
+        is_ = " ".join(new[key]) if key in new else "not given"
+        parts.append(f"{key} {was} (now {is_})")
+    return "other options: " + ("; ".join(parts) if parts else "another command")
+
+
+@dataclass
+class RunState:
+    """The state of a run folder (see the module docstring), a note saying why, and whether
+    the run continues from its ``last.ckpt``."""
+
+    kind: str
+    note: str = ""
+    resume: bool = False
+
+
+def run_state(run: Run, extra: Sequence[str] = ()) -> RunState:
+    """Where ``run`` stands (see the module docstring)."""
+    live = holder(run.folder)
+    if live is not None:
+        return RunState("running", f"written by {live}")
+    if not run.folder.is_dir():
+        return RunState("to run")
+    planned = run.fit_args(extra, resume=False)
+    sha = run.command_sha256(extra)
+    results = _newest(list(run.folder.rglob(RESULTS_FILE)))
+    stale_note = ""
+    if results is not None:
+        content = _read_json(results)
+        provenance = (content or {}).get("provenance") or {}
+        recorded = provenance.get("command_sha256") if isinstance(provenance, dict) else None
+        if content is None:
+            stale_note = f"finished, but its {display_path(results)} cannot be read"
+        elif recorded is None:
+            return RunState("done", "finished before runs recorded their command")
+        elif recorded == sha:
+            return RunState("done")
+        else:
+            stale_note = f"finished with {describe_difference(provenance.get('command'), planned)}"
+    checkpoints = [p for p in run.folder.rglob(LAST_CHECKPOINT) if p.parent.name == "checkpoints"]
+    partial = _newest(checkpoints)
+    if partial is not None and (
+        results is None or partial.stat().st_mtime > results.stat().st_mtime
+    ):
+        record = _read_json(run.folder / RUN_FILE) or {}
+        launched = record.get("command_sha256")
+        if launched is None or launched == sha:  # unknown (an older sweep) or this command
+            return RunState("to resume", resume=True)
+        before = describe_difference(record.get("command"), planned)
+        return RunState("stale", f"stopped, with {before}")
+    if stale_note:
+        return RunState("stale", stale_note)
+    return RunState("to run")
