@@ -33,23 +33,35 @@ from noisylabels.data import NoisyDataModule
 from noisylabels.run.artifacts import NoiseRecorder, run_dir, write_transition_estimate
 from noisylabels.run.checkpoints import LastCheckpoint, discard_failed_run, resume_history
 from noisylabels.run.results import build_results, tail_summary, write_results
+from noisylabels.run.resume import plain_options
 
 RESULTS_FILE = "results.json"
 LAST_METRIC = "test/acc_last"
+# what a resume from Python compares of the trainer (the command line compares every option)
+PYTHON_TRAINER_OPTIONS = (
+    "max_epochs",
+    "max_steps",
+    "accumulate_grad_batches",
+    "gradient_clip_val",
+    "check_val_every_n_epoch",
+)
 
 
 def run_callbacks(
-    datamodule: L.LightningDataModule | None = None, tail_test_epochs: int = 0
+    datamodule: L.LightningDataModule | None = None,
+    tail_test_epochs: int = 0,
+    trainer_options: dict[str, Any] | None = None,
 ) -> list[Callback]:
     """The callbacks of every run: the noise and its T (``noise.pt``, ``transition.csv``), T̂ and
-    ε_T, the stop on a NaN/Inf loss, ``checkpoints/last.ckpt`` to resume from, and whatever the
-    data module needs (e.g. a skipped-image report); with ``tail_test_epochs``, the clean test
-    accuracy of every network over that many last epochs (:class:`TailTest`)."""
+    ε_T, the stop on a NaN/Inf loss, ``checkpoints/last.ckpt`` to resume from (keeping
+    ``trainer_options`` for the record of a resume), and whatever the data module needs (e.g. a
+    skipped-image report); with ``tail_test_epochs``, the clean test accuracy of every network
+    over that many last epochs (:class:`TailTest`)."""
     callbacks: list[Callback] = [
         NoiseRecorder(),
         TransitionMonitor(),
         DivergenceGuard(),
-        LastCheckpoint(),
+        LastCheckpoint(trainer_options),
     ]
     if tail_test_epochs:
         callbacks.insert(2, TailTest(tail_test_epochs))
@@ -107,7 +119,8 @@ def fit_and_test(
         The results (also written to ``results.json``) on process 0; ``None`` on the others.
     """
     start = time.perf_counter()
-    attach_callbacks(trainer, run_callbacks(datamodule, tail_test_epochs))
+    options = trainer_options(trainer, config)
+    attach_callbacks(trainer, run_callbacks(datamodule, tail_test_epochs, options))
     try:
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only)
     except BaseException:
@@ -139,6 +152,16 @@ def fit_and_test(
     write_transition_estimate(folder, model)
     write_results(results, folder / RESULTS_FILE)
     return results
+
+
+def trainer_options(trainer: L.Trainer, config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The trainer options a resume compares with the checkpoint's: the config's ``trainer``
+    section (every ``--trainer.*`` option of the command line), else the run-length settings
+    of ``trainer`` (a run from Python)."""
+    section = (config or {}).get("trainer")
+    if section is not None:
+        return plain_options(section)
+    return plain_options({name: getattr(trainer, name, None) for name in PYTHON_TRAINER_OPTIONS})
 
 
 def test_last_and_best(
