@@ -119,15 +119,85 @@ def _sweep_point(results: Path, root: Path) -> dict[str, Any]:
     for folder in [results.parent, *results.parent.parents]:
         file = folder / RUN_FILE
         if file.is_file():
-            return dict(json.loads(file.read_text()).get("point", {}))
+            point = _read_json(file).get("point", {})
+            if not isinstance(point, dict):
+                raise DamagedRun(f"{file} has no grid point (its 'point' is not a mapping)")
+            return dict(point)
         if folder == root:
             break
     return {}
 
 
-def collect(runs_dir: str | Path) -> list[Record]:
+class DamagedRun(InputError):
+    """A run's file that cannot be read into a record (damaged, empty, not what it should
+    be); the message names the file."""
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    """A JSON object from ``file``; :class:`DamagedRun` naming it otherwise."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise DamagedRun(f"{file} cannot be read: {err}") from None
+    if not text.strip():
+        raise DamagedRun(f"{file} is empty")
+    try:
+        content = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DamagedRun(
+            f"{file} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
+        ) from None
+    if not isinstance(content, dict):
+        raise DamagedRun(f"{file} holds a JSON {type(content).__name__}, not a run's results")
+    return content
+
+
+def _read_config(file: Path) -> dict[str, Any]:
+    if not file.is_file():
+        return {}
+    try:
+        config = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        summary = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DamagedRun(f"{file} cannot be read as YAML: {summary}") from None
+    if config is not None and not isinstance(config, dict):
+        raise DamagedRun(f"{file} is not a config (not a mapping)")
+    return config or {}
+
+
+def _number(file: Path, results: Mapping[str, Any], key: str) -> float | None:
+    value = results.get(key)
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    raise DamagedRun(f"{file}: {key} is {value!r}, not a number")
+
+
+def _record(file: Path, root: Path) -> Record:
+    """The :class:`Record` of the run whose results are ``file``; :class:`DamagedRun` naming
+    the file of the run that cannot be read."""
+    results = _read_json(file)
+    config = _read_config(file.parent / CONFIG_FILE)
+    fields = {k: v for k, v in _sweep_point(file, root).items() if k != "seed"}
+    fields.update(
+        dataset=dataset_label(results.get("dataset", "?")),
+        method=str(results.get("method", "?")),
+        alpha=results.get("alpha"),
+        noise=noise_label(results.get("noise") if isinstance(results.get("noise"), dict) else None),
+        backbone=results.get("backbone"),
+    )
+    metrics = {name: _number(file, results, key) for name, key in METRICS.items()}
+    eps_t = _number(file, results, "t_estimation_error")
+    return Record(file, fields, results.get("seed"), metrics, eps_t, config)
+
+
+def collect(runs_dir: str | Path, skipped: list[str] | None = None) -> list[Record]:
     """Every run under ``runs_dir`` with a ``results.json`` (the newest, where a folder has
-    several, e.g. a run resumed into a new version folder)."""
+    several, e.g. a run resumed into a new version folder).
+
+    A run whose ``results.json`` (or ``config.yaml``, ``sweep_run.json``) is damaged, empty or
+    not a run's: with ``skipped`` (a list) it is left out and a line naming the file and what
+    is wrong is appended to ``skipped``; without it :class:`DamagedRun` (an
+    :class:`InputError`) naming the file is raised (``noisylabels report --strict``)."""
     root = Path(runs_dir)
     if not root.is_dir():
         raise MissingFileError(f"runs folder {root} does not exist")
@@ -139,29 +209,13 @@ def collect(runs_dir: str | Path) -> list[Record]:
             newest[point_dir] = file
     records = []
     for file in sorted(newest.values()):
-        results = json.loads(file.read_text())
-        config_file = file.parent / CONFIG_FILE
-        config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
-        fields = {k: v for k, v in _sweep_point(file, root).items() if k != "seed"}
-        fields.update(
-            dataset=dataset_label(results.get("dataset", "?")),
-            method=str(results.get("method", "?")),
-            alpha=results.get("alpha"),
-            noise=noise_label(results.get("noise")),
-            backbone=results.get("backbone"),
-        )
-        metrics = {name: results.get(key) for name, key in METRICS.items()}
-        records.append(
-            Record(
-                file,
-                fields,
-                results.get("seed"),
-                metrics,
-                results.get("t_estimation_error"),
-                config or {},
-            )
-        )
-    if not records:
+        try:
+            records.append(_record(file, root))
+        except DamagedRun as err:
+            if skipped is None:
+                raise
+            skipped.append(str(err))
+    if not records and not (skipped and newest):
         raise MissingFileError(f"no {RESULTS_FILE} under {root}: no finished run")
     return records
 
