@@ -9,7 +9,9 @@ next such step at the latest), so steady-state steps never wait for the device; 
 validation, before any checkpoint is written and at the end of the epoch it reads the record
 itself (one synchronization). The run stops at most ``2 * CHECK_EVERY`` steps after the loss
 diverged, still naming the exact first bad step, and no checkpoint of the diverged weights is
-ever written."""
+ever written. Where the method corrects with a transition matrix, the message names its
+condition (smallest diagonal entry, all-zero columns, rank) before α and the learning rate,
+computed once the run has diverged."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import torch
 from torch import Tensor
 
 from noisylabels.errors import DivergenceError
+from noisylabels.noise import transition_condition
 
 CHECK_EVERY = 50
 """Steps between copies of the device-side record to the host on an accelerator (the CPU checks
@@ -133,10 +136,39 @@ class DivergenceGuard(L.Callback):
         raise DivergenceError(divergence_message(trainer, pl_module, batch_idx, value))
 
 
+def transition_cause(pl_module: L.LightningModule) -> tuple[str, bool]:
+    """What a diverged run's message says first about the transition matrix the method
+    corrects with (``T̂``, estimated or given; row-stochastic, ``T[i, j] = P(noisy=j |
+    clean=i)``), and whether it is degenerate (then the likely cause); ``("", False)`` for a
+    method without one, or in its warm-up. Read once, when the run has diverged."""
+    current = getattr(pl_module, "transition_estimate", None)
+    T = current() if callable(current) else None
+    if T is None or T.dim() != 2:
+        return "", False
+    given = getattr(pl_module, "estimates_transition", None) is False
+    what, T_ = ("given transition matrix", "T") if given else ("estimated transition matrix", "T̂")
+    condition = transition_condition(T)
+    text = f"The {what} {T_} the method corrects with has {condition.describe()}"
+    if not condition.degenerate:
+        return f"{text}: it looks sound. ", False
+    advice = (
+        "fix T or give another one"
+        if given
+        else "estimate T̂ after more warm-up epochs, "
+        "--model.warmup_epochs, or give a sound T: --model.transition true or a T file"
+    )
+    return (
+        f"{text}: it is degenerate, which makes the corrected loss -log((p @ {T_})_y) or the "
+        f"importance weights p_y / (p @ {T_})_y unbounded, and is the likely cause ({advice}). ",
+        True,
+    )
+
+
 def divergence_message(
     trainer: L.Trainer, pl_module: L.LightningModule, batch_idx: int, value: float
 ) -> str:
-    """The one paragraph that explains a diverged run: where, the likely cause, what to do."""
+    """The one paragraph that explains a diverged run: where, the condition of the method's T̂
+    (where it has one), the likely cause, what to do."""
     hp = getattr(pl_module, "hparams", {})
     alpha = 0.0 if getattr(pl_module, "in_warmup", False) else float(hp.get("alpha", 0.0))
     lr = hp.get("lr")
@@ -152,9 +184,11 @@ def divergence_message(
         )
     else:
         cause = lr_cause
+    transition, degenerate = transition_cause(pl_module)
+    likely = "Otherwise" if degenerate else "The likely cause"
     return (
         f"Training diverged: the training loss was {value} at {where} (epochs and steps count "
-        f"from 0). The likely cause: {cause}. The run was stopped; no results.json is written "
+        f"from 0). {transition}{likely}: {cause}. The run was stopped; no results.json is written "
         "and no checkpoint of the diverged weights is kept (checkpoints/last.ckpt holds the "
         "state before the diverged epoch: `--ckpt_path last` with a lower --model.lr continues "
         "from it)."

@@ -12,6 +12,7 @@ from noisylabels.data.files import key_array
 from noisylabels.data.image_files import ImageFileDataModule
 from noisylabels.data.loaded import LoadedData
 from noisylabels.errors import InputError, MissingFileError
+from noisylabels.noise import check_symmetric_rate
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
@@ -41,6 +42,7 @@ class ImageFolderDataModule(ImageFileDataModule):
     """
 
     name: ClassVar[str] = "image_folder"
+    classes_from_files: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -83,6 +85,8 @@ class ImageFolderDataModule(ImageFileDataModule):
         self.use_val_folder = use_val_folder
         self.class_names = self._find_classes()
         self.num_classes = len(self.class_names)
+        if noise_type == "symmetric":
+            check_symmetric_rate(noise_rate, self.num_classes)
 
     def _find_classes(self) -> list[str]:
         train = self.data_dir / "train"

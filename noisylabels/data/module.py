@@ -90,6 +90,10 @@ class NoisyDataModule(L.LightningDataModule):
     """Semantic noise: ``{clean class: noisy class}`` (Patrini et al. 2017); ``None`` refuses it."""
     ships_noisy_labels: ClassVar[bool] = False
     """Whether :meth:`load` returns real noisy labels (``LoadedData.train_noisy``)."""
+    classes_from_files: ClassVar[bool] = False
+    """Whether the number of classes is found in the files (image folders), so ``num_classes``
+    is not known when the options are checked; such a module checks what depends on it (the
+    symmetric noise limit) itself."""
     loader_class: ClassVar[type[DataLoader]] = DataLoader
 
     def __init__(
@@ -119,6 +123,7 @@ class NoisyDataModule(L.LightningDataModule):
             flips=self.semantic_flips,
             ships_labels=self.ships_noisy_labels,
             dataset=type(self).__name__,
+            num_classes=None if self.classes_from_files else self.num_classes,
         )
         if not 0.0 <= val_fraction < 1.0:
             raise InputError(f"--data.val_fraction must be in [0, 1), got {val_fraction}")

@@ -30,7 +30,12 @@ class Reweight(TransitionMethod):
             :class:`~noisylabels.methods.transition.TransitionMethod` for the estimation options.
         detach_beta: treat ``β`` as a constant (default) or backpropagate through it.
         **kwargs: see :class:`~noisylabels.methods.transition.TransitionMethod`.
+
+    A given T (``true`` or a file) must be invertible with every diagonal entry above chance
+    (``1/C``; ``β <= 1 / T[y, y]``): others are refused.
     """
+
+    needs_invertible_transition = True
 
     def __init__(
         self, transition: bool | str = "estimate", detach_beta: bool = True, **kwargs: Any

@@ -12,7 +12,7 @@ it again.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,7 @@ from noisylabels.noise import (
     bias_transition,
     dual_t_parts,
     load_transition,
+    transition_condition,
 )
 
 ESTIMATORS = ("anchor", "dual_t")
@@ -47,8 +48,11 @@ class TransitionMethod(NoisyLabelMethod):
         estimator: ``anchor`` (anchor points; Patrini et al. 2017) or ``dual_t`` (Yao et al.
             2020) for ``transition: estimate``.
         warmup_epochs: epochs of plain CE (no VRNL) before the estimate (paper: 20; 15 on
-            CIFAR-100); used with ``transition: estimate`` only. Must be smaller than
-            ``max_epochs``; under ``fast_dev_run`` T̂ is estimated at once so every stage runs.
+            CIFAR-100); used with ``transition: estimate`` only, where it must be at least 1
+            (T̂ of an untrained network is refused) and smaller than ``max_epochs``. Under
+            ``fast_dev_run`` the first half of the batches is the warm-up, then T̂ is
+            estimated (a degenerate estimate replaced by the identity) and the corrected
+            stage runs.
         filter_outliers: ignore outputs at or above each column's ``outlier_quantile`` when
             picking anchor points (paper: on for MNIST and CIFAR-10, off for CIFAR-100).
         outlier_quantile: the filter's quantile, a fraction (0.97 = 97th percentile).
@@ -59,6 +63,8 @@ class TransitionMethod(NoisyLabelMethod):
     """
 
     abstract = True  # a base of methods, not one itself (see methods.registry)
+    #: the correction inverts T (reweighting by ``p_y / (p @ T)_y``): a singular T is refused
+    needs_invertible_transition: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -125,11 +131,70 @@ class TransitionMethod(NoisyLabelMethod):
         """Make ``T`` (row-stochastic) the transition matrix this run corrects with."""
         self.T.copy_(T.to(self.T))
 
+    def check_stages_fit(self) -> None:
+        """Also refuse ``transition: estimate`` without warm-up epochs (not under
+        ``fast_dev_run``): T̂ would come from an untrained network."""
+        super().check_stages_fit()
+        trainer = self._trainer
+        fast = trainer is not None and bool(trainer.fast_dev_run)
+        if self.estimates_transition and int(self.hparams.warmup_epochs) < 1 and not fast:
+            raise InputError(
+                f"{type(self).__name__} with --model.transition estimate estimates T̂ from the "
+                "warm-up model, but --model.warmup_epochs is 0, so T̂ would come from an "
+                "untrained network (the run ends far below what the method reaches, without an "
+                "error). Set --model.warmup_epochs N (the paper: 20; 15 on CIFAR-100), or "
+                "correct with a known T: --model.transition true or a T file"
+            )
+
     # ---------------------------------------------------------------- given T
     def setup(self, stage: str) -> None:
         super().setup(stage)
         if stage == "fit" and not self.estimates_transition:
-            self.store_transition(self.biased(self.resolve_transition()))
+            T = self.biased(self.resolve_transition())
+            self.check_given_transition(T)
+            self.store_transition(T)
+
+    def check_given_transition(self, T: Tensor) -> None:
+        """Refuse a given T (row-stochastic, ``T[i, j] = P(noisy=j | clean=i)``) with an
+        all-zero column ``j`` while training labels ``j`` occur (their Forward loss is constant,
+        their importance weight unbounded), or, for a reweighting method, a singular T or a
+        diagonal entry at or below chance (``β <= 1 / T[y, y]``); the message names the
+        columns or rows."""
+        source = self.transition_source
+        what = f"the T file {source}" if isinstance(source, str) else "the true T"
+        condition = transition_condition(T)
+        facts = self.data_facts()
+        if condition.zero_columns and facts is not None:
+            labels = facts.noisy_labels[facts.train_indices].long()
+            counts = torch.bincount(labels, minlength=self.num_classes)
+            used = [j for j in condition.zero_columns if int(counts[j]) > 0]
+            if used:
+                j = used[0]
+                columns = f"column {j}" if len(used) == 1 else f"columns {used[:10]}"
+                raise InputError(
+                    f"{what}: {columns} of T {'is' if len(used) == 1 else 'are'} all zero, so T "
+                    f"says no sample is ever labelled {j} (T[i, j] = P(noisy=j | clean=i): rows "
+                    f"are clean classes, columns noisy ones), yet {int(counts[j])} training "
+                    f"labels are {j}; {type(self).__name__} cannot correct those samples. Fix "
+                    "T (a file written column-stochastic, as the VRNL paper writes T, must be "
+                    "transposed: noisylabels.noise.from_column_stochastic)"
+                )
+        if not self.needs_invertible_transition:
+            return
+        name, row = type(self).__name__, condition.min_diagonal_row
+        if condition.singular:
+            raise InputError(
+                f"{what} is singular ({condition.describe()}); {name} reweights by "
+                "p_y / (p @ T)_y, which needs an invertible T. Fix T, or use Forward, or "
+                "--model.transition estimate"
+            )
+        if condition.below_chance:
+            raise InputError(
+                f"{what} has T[{row}, {row}] = {condition.min_diagonal:.3g}, at or below chance "
+                f"(1/C = {1 / self.num_classes:.3g}): {name}'s weights p_y / (p @ T)_y of the "
+                f"samples labelled {row} reach 1/T[{row}, {row}], and a class kept no more "
+                "often than a random label cannot be corrected. Fix T, or use Forward"
+            )
 
     def resolve_transition(self) -> Tensor:
         """The given T of this run: the data module's true T or the T file."""
@@ -164,7 +229,9 @@ class TransitionMethod(NoisyLabelMethod):
 
     # ---------------------------------------------------------------- estimated T
     def on_main_stage_start(self) -> None:
-        """The estimation point: T̂ from the warm-up model (then biased, if asked)."""
+        """The estimation point: T̂ from the warm-up model (then biased, if asked); a
+        degenerate T̂ is replaced by the identity under ``fast_dev_run`` and warned about
+        otherwise (:meth:`guard_estimate`)."""
         T_hat = self.estimate_transition()
         details = self.estimate_details or {}
         diag = f"mean diag {T_hat.diagonal().mean():.3f}"
@@ -174,7 +241,33 @@ class TransitionMethod(NoisyLabelMethod):
         self._report(
             f"estimated T̂ ({self.hparams.estimator}) at epoch {self.current_epoch}, {diag}", T_hat
         )
-        self.store_transition(self.biased(T_hat))
+        self.store_transition(self.biased(self.guard_estimate(T_hat)))
+
+    def guard_estimate(self, T_hat: Tensor) -> Tensor:
+        """``T_hat``, checked once: where it is degenerate (a zero column, rank below C, a
+        diagonal entry at or below chance; see :func:`~noisylabels.noise.transition_condition`)
+        a ``fast_dev_run``, whose estimate comes from a few batches of a barely trained
+        network, goes on with the identity, and a real run warns that the corrected stage may
+        diverge."""
+        condition = transition_condition(T_hat)
+        if not condition.degenerate:
+            return T_hat
+        trainer = self._trainer
+        name = type(self).__name__
+        if trainer is not None and trainer.fast_dev_run:
+            rank_zero_warn(
+                f"fast_dev_run: {name}'s T̂, estimated from a few batches of a barely trained "
+                f"network, is degenerate ({condition.describe()}); the smoke test goes on with "
+                "T̂ = I (the identity). A real run estimates T̂ after its warm-up epochs."
+            )
+            return torch.eye(self.num_classes, dtype=T_hat.dtype)
+        rank_zero_warn(
+            f"{name}: the T̂ estimated at epoch {self.current_epoch} is degenerate "
+            f"({condition.describe()}): the corrected stage may diverge or learn little. A "
+            "longer warm-up (--model.warmup_epochs), the other estimator (--model.estimator) or "
+            "a known T (--model.transition true or a T file) avoids it."
+        )
+        return T_hat
 
     def train_outputs(self) -> tuple[Tensor, Tensor]:
         """Softmax outputs and noisy labels of the training split (see :func:`train_outputs`)."""

@@ -6,6 +6,7 @@ Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``. 
 cleanlab use the column-stochastic transpose; see ``to_column_stochastic``.
 """
 
+from .condition import TransitionCondition, transition_condition
 from .corrupt import (
     corrupt_labels,
     empirical_transition,
@@ -37,6 +38,7 @@ from .matrices import (
     NOISE_TYPES,
     asymmetric_transition,
     build_transition,
+    check_symmetric_rate,
     check_transition,
     from_column_stochastic,
     load_transition,
@@ -45,6 +47,7 @@ from .matrices import (
     save_transition,
     semantic_transition,
     superclass_flips,
+    symmetric_limit,
     symmetric_transition,
     to_column_stochastic,
 )
@@ -64,6 +67,10 @@ __all__ = [
     "SYNTHETIC_TYPES",
     "LABEL_FILE_SUFFIXES",
     "symmetric_transition",
+    "symmetric_limit",
+    "check_symmetric_rate",
+    "TransitionCondition",
+    "transition_condition",
     "pair_transition",
     "revise_transition",
     "asymmetric_transition",

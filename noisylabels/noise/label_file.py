@@ -23,6 +23,8 @@ from torch import Tensor
 
 from noisylabels.errors import InputError, MissingFileError, load_error_summary
 
+from .text_files import read_text
+
 __all__ = ["LABEL_FILE_SUFFIXES", "DEFAULT_LABEL_KEY", "read_label_file"]
 
 LABEL_FILE_SUFFIXES = (".pt", ".pth", ".npy", ".csv", ".txt")
@@ -86,7 +88,7 @@ def _pick_key(path: Path, obj: Any, key: str | None) -> Any:
 
 def _read_text(path: Path) -> Tensor:
     values: list[int] = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(read_text(path, "label file").splitlines(), start=1):
         for token in line.replace(",", " ").split():
             try:
                 number = float(token)
@@ -182,6 +184,12 @@ def read_label_file(
             array = np.load(path, allow_pickle=False)
         except ValueError as err:  # object arrays need pickle, which could run code
             raise InputError(f"{path}: {err}; save the labels as an integer array") from None
+        except (EOFError, OSError) as err:  # an empty or truncated file
+            raise InputError(
+                f"{path} cannot be read as a .npy array ({err or type(err).__name__}): it is "
+                "empty, truncated or not a .npy file; save the labels with numpy.save as an "
+                "integer array"
+            ) from None
         labels = _as_labels(path, _pick_key(path, array, key))
     elif suffix in (".csv", ".txt"):
         if key is not None:

@@ -26,7 +26,7 @@ from noisylabels.errors import InputError
 
 from .corrupt import empirical_transition, make_noisy_labels, noise_rate
 from .label_file import read_label_file
-from .matrices import NOISE_TYPES
+from .matrices import NOISE_TYPES, check_symmetric_rate
 
 __all__ = [
     "LabelSource",
@@ -48,11 +48,13 @@ def check_noise_options(
     flips: Mapping[int, int] | None = None,
     ships_labels: bool = False,
     dataset: str = "this dataset",
+    num_classes: int | None = None,
 ) -> None:
     """Refuse noise options that cannot work, before any data is read: an unknown type, a rate
-    outside [0, 1) (pair noise: >= 0.5), ``file`` without a file, ``semantic`` for a dataset
-    without a flip map (``flips``), ``real`` for one that ships no noisy labels. Raises
-    :class:`~noisylabels.errors.InputError` naming the option."""
+    outside [0, 1) (pair noise: >= 0.5; symmetric noise: >= (C-1)/C with ``num_classes``
+    given), ``file`` without a file, a file with another type (which would ignore it),
+    ``semantic`` for a dataset without a flip map (``flips``), ``real`` for one that ships no
+    noisy labels. Raises :class:`~noisylabels.errors.InputError` naming the option."""
     if noise_type not in NOISE_TYPES:
         raise InputError(
             f"unknown noise_type {noise_type!r} (--data.noise_type); choose one of {NOISE_TYPES}"
@@ -64,8 +66,17 @@ def check_noise_options(
             "pair noise needs --data.noise_rate < 0.5 so the clean class stays the majority; "
             f"got {rate}"
         )
+    if noise_type == "symmetric" and num_classes is not None:
+        check_symmetric_rate(rate, num_classes)
     if noise_type == "file" and not noise_file:
         raise InputError("noise_type 'file' needs --data.noise_file PATH")
+    if noise_file and noise_type != "file":
+        raise InputError(
+            f"--data.noise_file {noise_file} is given, but --data.noise_type is {noise_type!r}, "
+            "which does not read it (the run would train on other labels than the file's); add "
+            "--data.noise_type file to train on the file's labels, or drop --data.noise_file "
+            "(--data.noise_file null)"
+        )
     if noise_type == "semantic" and not flips:
         raise InputError(
             f"noise_type 'semantic' needs a class-pair flip map, which {dataset} does not "

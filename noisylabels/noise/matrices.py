@@ -19,9 +19,13 @@ from torch import Tensor
 
 from noisylabels.errors import InputError, MissingFileError, load_error_summary
 
+from .text_files import read_text
+
 __all__ = [
     "NOISE_TYPES",
     "symmetric_transition",
+    "symmetric_limit",
+    "check_symmetric_rate",
     "pair_transition",
     "asymmetric_transition",
     "semantic_transition",
@@ -52,16 +56,35 @@ def _check_rate(rate: float) -> float:
     return rate
 
 
+def symmetric_limit(num_classes: int) -> float:
+    """The symmetric noise rate ``(C - 1) / C`` at which a noisy label is drawn uniformly over
+    all C classes: from there on the clean class is no longer the most frequent label."""
+    return (num_classes - 1) / num_classes
+
+
+def check_symmetric_rate(rate: float, num_classes: int) -> None:
+    """Refuse a symmetric noise rate at or above :func:`symmetric_limit` (the labels then carry
+    no information about the clean class, or point away from it), naming the limit."""
+    limit = symmetric_limit(num_classes)
+    if rate >= limit:
+        raise InputError(
+            f"symmetric noise needs --data.noise_rate < (C-1)/C = {limit:.4g} for C = "
+            f"{num_classes} classes so the clean class stays the most frequent label; got {rate}"
+        )
+
+
 def symmetric_transition(num_classes: int, rate: float) -> Tensor:
     """Symmetric (uniform) noise, e.g. Patrini et al. 2017 / Han et al. 2018.
 
     Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``) with ``T[i, i] = 1 - rate``
     and ``T[i, j] = rate / (C - 1)`` for ``j != i``. The true class is excluded from the flip
     targets, so the expected fraction of flipped labels equals ``rate`` (libraries that include it
-    flip only ``rate * (C - 1) / C``).
+    flip only ``rate * (C - 1) / C``). ``rate`` must be below ``(C - 1) / C`` (see
+    :func:`check_symmetric_rate`).
     """
     c = _check_num_classes(num_classes)
     rate = _check_rate(rate)
+    check_symmetric_rate(rate, c)
     T = torch.full((c, c), rate / (c - 1))
     T.fill_diagonal_(1.0 - rate)
     return T
@@ -234,7 +257,7 @@ def from_column_stochastic(T_col: Tensor) -> Tensor:
 
 def _read_text_matrix(path: Path) -> Tensor:
     rows: list[list[float]] = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(read_text(path, "transition matrix file").splitlines(), 1):
         line = line.split("#", 1)[0].strip().strip(",")
         if not line:
             continue
@@ -247,6 +270,29 @@ def _read_text_matrix(path: Path) -> Tensor:
     if len({len(r) for r in rows}) != 1:
         raise InputError(f"{path}: rows have different lengths {[len(r) for r in rows]}")
     return torch.tensor(rows, dtype=torch.float64)
+
+
+def _as_matrix(path: Path, obj: object) -> Tensor:
+    """``obj`` (what a T file held) as a tensor of numbers; :class:`InputError` naming the file
+    for strings, objects and anything else that is not a numeric array."""
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind not in "biuf":
+            raise InputError(
+                f"{path} holds an array of dtype {obj.dtype}; a transition matrix is a C x C "
+                "array of numbers"
+            )
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, Tensor):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        try:
+            return torch.as_tensor(obj, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise InputError(
+        f"{path} holds a {type(obj).__name__}, not a C x C matrix of numbers; save T as a plain "
+        "tensor (torch.save(T, path)), .npy or .csv"
+    )
 
 
 def load_transition(path: str | Path, num_classes: int) -> Tensor:
@@ -274,14 +320,15 @@ def load_transition(path: str | Path, num_classes: int) -> Tensor:
             if "transition" not in obj:
                 raise InputError(f"{path}: dict has no 'transition' key (keys: {list(obj)})")
             obj = obj["transition"]
-        T = torch.as_tensor(obj)
+        T = _as_matrix(path, obj)
     elif suffix == ".npy":
         try:
-            T = torch.from_numpy(np.load(path, allow_pickle=False))
+            array = np.load(path, allow_pickle=False)
         except (ValueError, OSError, EOFError) as err:
             raise InputError(
                 f"{path} cannot be read as a numeric .npy transition matrix: {err}"
             ) from None
+        T = _as_matrix(path, array)
     elif suffix in (".csv", ".txt"):
         T = _read_text_matrix(path)
     else:

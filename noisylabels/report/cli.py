@@ -19,11 +19,13 @@ from noisylabels.errors import InputError
 from noisylabels.report.collect import (
     METRICS,
     PAPER_FILE,
+    DamagedRun,
     collect,
     group,
     load_paper,
-    mixed_cells,
 )
+from noisylabels.report.mixed import mixed_cells
+from noisylabels.report.writing import out_error
 
 
 def build_parser() -> Any:
@@ -68,15 +70,51 @@ def build_parser() -> Any:
         "--kind", choices=("table", "bias"), default="table", help="bias: accuracy vs ε_T (PNG)"
     )
     p.add_argument("--out", type=Path, help="write here (required for --kind bias: a .png)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail on a run whose results.json (or config.yaml, sweep_run.json) is damaged or "
+        "empty, instead of skipping it with a warning listed after the report",
+    )
     p.add_argument("--title", help="table or figure title (default: RUNS_DIR and the metric)")
     return p
 
 
-def report(args: Any) -> str:
-    """The report the parsed ``args`` describe, as text (the bias figure: its path)."""
+def write_out(path: Path, text: str) -> None:
+    """Write ``text`` to ``--out`` ``path``; :class:`InputError` naming it where it cannot be
+    written (a read-only folder, a full disk)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as err:
+        raise out_error(path, err) from None
+
+
+def gather(args: Any, skipped: list[str]) -> list[Any]:
+    """The records of every RUNS_DIR; damaged runs are skipped into ``skipped`` unless
+    ``--strict``."""
+    records = []
+    for folder in args.runs_dirs:
+        try:
+            records += collect(folder, None if args.strict else skipped)
+        except DamagedRun as err:
+            raise InputError(
+                f"{err}; without --strict such a run is skipped with a warning"
+            ) from None
+    if not records:
+        raise InputError(
+            f"every run under {', '.join(map(str, args.runs_dirs))} is damaged: "
+            + "; ".join(skipped)
+        )
+    return records
+
+
+def report(args: Any, skipped: list[str] | None = None) -> str:
+    """The report the parsed ``args`` describe, as text (the bias figure: its path); runs left
+    out as damaged are appended to ``skipped``."""
     from noisylabels.report import render
 
-    records = [record for folder in args.runs_dirs for record in collect(folder)]
+    records = gather(args, [] if skipped is None else skipped)
     metric_name = {
         "best": "selected checkpoint",
         "last": "last epoch",
@@ -87,7 +125,10 @@ def report(args: Any) -> str:
     if args.kind == "bias":
         if args.out is None or args.out.suffix.lower() != ".png":
             raise InputError("--kind bias draws a PNG: give --out FILE.png")
-        return f"wrote {render.bias_figure(records, args.metric, args.out, title)}"
+        try:
+            return f"wrote {render.bias_figure(records, args.metric, args.out, title)}"
+        except OSError as err:
+            raise out_error(args.out, err) from None
     rows = [f for f in args.rows.split(",") if f]
     cols = [f for f in args.cols.split(",") if f]
     if not rows or set(rows) & set(cols):
@@ -125,19 +166,27 @@ def report(args: Any) -> str:
             parts.append(warning)
     text = "\n".join(parts)
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        write_out(args.out, text)
         return f"wrote {args.out}"
     return text
 
 
 def main(argv: list[str] | None = None) -> str:
-    """Entry point of ``noisylabels report``; prints and returns the report."""
+    """Entry point of ``noisylabels report``; prints and returns the report, then a warning
+    listing the runs it skipped as damaged (on stderr)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    skipped: list[str] = []
     try:
-        text = report(args)
+        text = report(args, skipped)
     except (InputError, FileNotFoundError, ValueError) as err:
         parser.error(str(err))
     print(text, end="" if text.endswith("\n") else "\n")
+    if skipped:
+        lines = "\n".join(f"  {line}" for line in skipped)
+        print(
+            f"noisylabels report: warning: {len(skipped)} run(s) skipped, their files are "
+            f"damaged (--strict fails instead):\n{lines}",
+            file=sys.stderr,
+        )
     return text

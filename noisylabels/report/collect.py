@@ -119,15 +119,85 @@ def _sweep_point(results: Path, root: Path) -> dict[str, Any]:
     for folder in [results.parent, *results.parent.parents]:
         file = folder / RUN_FILE
         if file.is_file():
-            return dict(json.loads(file.read_text()).get("point", {}))
+            point = _read_json(file).get("point", {})
+            if not isinstance(point, dict):
+                raise DamagedRun(f"{file} has no grid point (its 'point' is not a mapping)")
+            return dict(point)
         if folder == root:
             break
     return {}
 
 
-def collect(runs_dir: str | Path) -> list[Record]:
+class DamagedRun(InputError):
+    """A run's file that cannot be read into a record (damaged, empty, not what it should
+    be); the message names the file."""
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    """A JSON object from ``file``; :class:`DamagedRun` naming it otherwise."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise DamagedRun(f"{file} cannot be read: {err}") from None
+    if not text.strip():
+        raise DamagedRun(f"{file} is empty")
+    try:
+        content = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DamagedRun(
+            f"{file} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
+        ) from None
+    if not isinstance(content, dict):
+        raise DamagedRun(f"{file} holds a JSON {type(content).__name__}, not a run's results")
+    return content
+
+
+def _read_config(file: Path) -> dict[str, Any]:
+    if not file.is_file():
+        return {}
+    try:
+        config = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        summary = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DamagedRun(f"{file} cannot be read as YAML: {summary}") from None
+    if config is not None and not isinstance(config, dict):
+        raise DamagedRun(f"{file} is not a config (not a mapping)")
+    return config or {}
+
+
+def _number(file: Path, results: Mapping[str, Any], key: str) -> float | None:
+    value = results.get(key)
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    raise DamagedRun(f"{file}: {key} is {value!r}, not a number")
+
+
+def _record(file: Path, root: Path) -> Record:
+    """The :class:`Record` of the run whose results are ``file``; :class:`DamagedRun` naming
+    the file of the run that cannot be read."""
+    results = _read_json(file)
+    config = _read_config(file.parent / CONFIG_FILE)
+    fields = {k: v for k, v in _sweep_point(file, root).items() if k != "seed"}
+    fields.update(
+        dataset=dataset_label(results.get("dataset", "?")),
+        method=str(results.get("method", "?")),
+        alpha=results.get("alpha"),
+        noise=noise_label(results.get("noise") if isinstance(results.get("noise"), dict) else None),
+        backbone=results.get("backbone"),
+    )
+    metrics = {name: _number(file, results, key) for name, key in METRICS.items()}
+    eps_t = _number(file, results, "t_estimation_error")
+    return Record(file, fields, results.get("seed"), metrics, eps_t, config)
+
+
+def collect(runs_dir: str | Path, skipped: list[str] | None = None) -> list[Record]:
     """Every run under ``runs_dir`` with a ``results.json`` (the newest, where a folder has
-    several, e.g. a run resumed into a new version folder)."""
+    several, e.g. a run resumed into a new version folder).
+
+    A run whose ``results.json`` (or ``config.yaml``, ``sweep_run.json``) is damaged, empty or
+    not a run's: with ``skipped`` (a list) it is left out and a line naming the file and what
+    is wrong is appended to ``skipped``; without it :class:`DamagedRun` (an
+    :class:`InputError`) naming the file is raised (``noisylabels report --strict``)."""
     root = Path(runs_dir)
     if not root.is_dir():
         raise MissingFileError(f"runs folder {root} does not exist")
@@ -139,29 +209,13 @@ def collect(runs_dir: str | Path) -> list[Record]:
             newest[point_dir] = file
     records = []
     for file in sorted(newest.values()):
-        results = json.loads(file.read_text())
-        config_file = file.parent / CONFIG_FILE
-        config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
-        fields = {k: v for k, v in _sweep_point(file, root).items() if k != "seed"}
-        fields.update(
-            dataset=dataset_label(results.get("dataset", "?")),
-            method=str(results.get("method", "?")),
-            alpha=results.get("alpha"),
-            noise=noise_label(results.get("noise")),
-            backbone=results.get("backbone"),
-        )
-        metrics = {name: results.get(key) for name, key in METRICS.items()}
-        records.append(
-            Record(
-                file,
-                fields,
-                results.get("seed"),
-                metrics,
-                results.get("t_estimation_error"),
-                config or {},
-            )
-        )
-    if not records:
+        try:
+            records.append(_record(file, root))
+        except DamagedRun as err:
+            if skipped is None:
+                raise
+            skipped.append(str(err))
+    if not records and not (skipped and newest):
         raise MissingFileError(f"no {RESULTS_FILE} under {root}: no finished run")
     return records
 
@@ -225,60 +279,6 @@ def paired_difference(vrnl: Mapping[Any, float], base: Mapping[Any, float]) -> P
 
 # options of config.yaml that may differ within a cell: the seeds, and where a run was written
 # or read its data (dotted, with init_args)
-CELL_OPTIONS_IGNORED = (
-    "seed_everything",
-    "data.init_args.noise_seed",
-    "data.init_args.data_dir",
-    "trainer.default_root_dir",
-    "trainer.enable_progress_bar",
-    "ckpt_path",
-    "config",
-)
-
-
-def _flatten(node: Any, prefix: str = "") -> dict[str, str]:
-    """A config as ``{"model.init_args.lr": "0.01", ...}`` (leaves and lists as JSON)."""
-    if isinstance(node, Mapping) and node:
-        out: dict[str, str] = {}
-        for key, value in node.items():
-            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: json.dumps(node, sort_keys=True, default=str)} if prefix else {}
-
-
-def mixed_cells(records: Iterable[Record], rows: Sequence[str], cols: Sequence[str]) -> list[str]:
-    """One line per cell whose runs differ in more than their seed: the options of their
-    ``config.yaml`` files (those all of them have; the seeds and the run and data folders left
-    out) that take several values, each with the seeds that have it; e.g. a trial's runs with
-    fewer epochs beside the real ones."""
-    cells: dict[tuple[tuple, tuple], list[Record]] = {}
-    for record in records:
-        if record.config:
-            row = tuple(record.get(f) for f in rows)
-            col = tuple(record.get(f) for f in cols)
-            cells.setdefault((row, col), []).append(record)
-    lines = []
-    for (row, col), members in cells.items():
-        if len(members) < 2:
-            continue
-        flats = [_flatten(member.config) for member in members]
-        common = set.intersection(*(set(flat) for flat in flats)) - set(CELL_OPTIONS_IGNORED)
-        differences = []
-        for key in sorted(common):
-            seeds: dict[str, list[str]] = {}
-            for member, flat in zip(members, flats, strict=True):
-                seeds.setdefault(flat[key], []).append(str(member.seed))
-            if len(seeds) > 1:
-                values = ", ".join(f"{v} (seed {', '.join(s)})" for v, s in seeds.items())
-                differences.append(f"{key} = {values}")
-        if differences:
-            where = " x ".join(str(v) for v in (*row, *col))
-            lines.append(
-                f"cell {where}: its runs differ in more than the seed: " + "; ".join(differences)
-            )
-    return lines
-
-
 def load_paper(path: Path = PAPER_FILE) -> dict[tuple[str, str, str], tuple[float, float | None]]:
     """The paper's published numbers: ``(dataset, noise, method key) -> (mean, std)``."""
     lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]

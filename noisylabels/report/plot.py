@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from noisylabels.report.writing import out_error
+
 KINDS = ("loss", "posteriors")
 SUFFIXES = (".png", ".pdf", ".svg")
 MARKER = "subsets/loss_mean/correct"  # a tag every run with the callback has
@@ -226,11 +228,15 @@ def plot(
         load_run(Path(d), None if labels is None else labels[i]) for i, d in enumerate(run_dirs)
     ]
     fig = draw(runs, kind, title)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=150 if out.suffix.lower() == ".png" else None)
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=150 if out.suffix.lower() == ".png" else None)
+    except OSError as err:
+        raise out_error(out, err) from None
+    finally:
+        plt.close(fig)
     return out
 
 

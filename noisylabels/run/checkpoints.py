@@ -14,13 +14,14 @@ restored at the same point of a run (fit start, before the training loader draws
 resumed run on the CPU continues bit-identically; the data order depends on the training seed and
 the epoch only (:class:`~noisylabels.data.samplers.ShardSampler`).
 
-It also records each resume (checkpoint, completed epochs, hyperparameters that differ from the
-checkpoint's) for ``results.json``, refuses a resume whose noisy labels differ from those the
-checkpoint was trained on, and leaves no folder that looks like a run when a run fails: a run
-folder that holds no checkpoint yet is removed (:func:`discard_failed_run`, which
-:func:`~noisylabels.run.fit.fit_and_test` calls once the loggers are closed), any other gets
-``unfinished.txt`` saying why it stopped (removed again when the run is resumed). A finished run
-is one with ``results.json``.
+It also records each resume (checkpoint, completed epochs, hyperparameters and trainer options
+that differ from the checkpoint's) for ``results.json``, refuses a resume whose noisy labels
+differ from those the checkpoint was trained on, and leaves no folder that looks like a run
+when a run fails: a run folder that holds no checkpoint yet is removed
+(:func:`discard_failed_run`, which :func:`~noisylabels.run.fit.fit_and_test` calls once the
+loggers are closed), any other gets ``unfinished.txt`` saying why it stopped (removed again
+when the run is resumed). A finished run is one with ``results.json``; a run stopped in its
+warm-up (``max_steps``, ``max_time``) is not one: it ends with an error and ``unfinished.txt``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from torch import Tensor
 from noisylabels.errors import InputError
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.provenance import labels_sha256
-from noisylabels.run.resume import changed_hparams
+from noisylabels.run.resume import TRAINER_OPTIONS, changed_hparams, changed_options
 from noisylabels.run.stops import StopSignals
 from noisylabels.run.storage import AtomicCheckpointIO, write_text
 
@@ -121,9 +122,15 @@ class WarmupAwareCheckpoint(ModelCheckpoint):
 class LastCheckpoint(Checkpoint):
     """Keep ``checkpoints/last.ckpt`` of every run (see the module docstring; every run attaches
     it, see :func:`noisylabels.run.run_callbacks`). Its folder is the trainer's checkpoint
-    callback's (``RUN/checkpoints`` by default)."""
+    callback's (``RUN/checkpoints`` by default).
 
-    def __init__(self) -> None:
+    Args:
+        trainer_options: the run's trainer options as plain values (the config's ``trainer``
+            section): kept in the checkpoint, so a resume records those that changed.
+    """
+
+    def __init__(self, trainer_options: dict[str, Any] | None = None) -> None:
+        self.trainer_options = trainer_options
         self.resumes: list[dict[str, Any]] = []
         self._loaded: dict[str, Any] | None = None
         self._ckpt_hparams: tuple[Any, Any] = (None, None)
@@ -186,6 +193,7 @@ class LastCheckpoint(Checkpoint):
             "rng": rng_state(),
             "resumes": list(self.resumes),
             "noisy_labels_sha256": self._labels_sha256,
+            TRAINER_OPTIONS: self.trainer_options,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -239,6 +247,8 @@ class LastCheckpoint(Checkpoint):
         model_hp, data_hp = self._ckpt_hparams
         changed = changed_hparams(model_hp, getattr(pl_module, "hparams", None), "model")
         changed.update(changed_hparams(data_hp, getattr(datamodule, "hparams", None), "data"))
+        saved_options = self._loaded.get(TRAINER_OPTIONS)
+        changed.update(changed_options(saved_options, self.trainer_options, "trainer"))
         self.resumes.append(
             {"from": str(trainer.ckpt_path), "epochs_done": self._epochs_done, "changed": changed}
         )
@@ -249,6 +259,20 @@ class LastCheckpoint(Checkpoint):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.save(trainer, epoch_end=True)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # a run stopped (max_steps, max_time) before the method's own stage began has trained
+        # a warm-up model only: it must not be tested and reported as the method's result
+        if trainer.fast_dev_run or not getattr(pl_module, "in_warmup", False):
+            return
+        steps, max_steps = trainer.global_step, trainer.max_steps
+        by = f"--trainer.max_steps {max_steps}" if 0 <= max_steps <= steps else "--trainer.max_time"
+        raise InputError(
+            f"the run stopped after {steps} optimizer step(s), still in its warm-up (stopped by "
+            f"{by}), before the method's own stage began: its model is a plain cross-entropy "
+            "warm-up model, not the method's, so no results.json is written. Continue it with "
+            "--ckpt_path last and a larger --trainer.max_steps or --trainer.max_time"
+        )
 
     # ---------------------------------------------------------------- failures
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

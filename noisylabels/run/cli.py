@@ -42,6 +42,7 @@ from noisylabels.run.storage import write_text
 # config's data and method where no config names one (runs/<dataset>_<method>, see compose)
 TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": 80, "devices": 1, "default_root_dir": None}
 
+MAX_SEED = 2**32 - 1  # numpy's seeds are unsigned 32-bit integers
 # --ckpt_path values Lightning resolves itself (for validate/test/predict after a fit)
 LIGHTNING_CKPT_NAMES = ("best", "hpc", "registry")
 
@@ -152,6 +153,17 @@ class NoisyLabelsCLI(LightningCLI):
             "data.input_shape", "model.init_args.input_shape", apply_on="instantiate"
         )
 
+    def _set_seed(self) -> None:
+        """Lightning's seeding, after refusing a seed numpy cannot take (one paragraph naming
+        ``--seed_everything`` instead of Lightning's traceback)."""
+        seed = self._setting("seed_everything")
+        if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed <= MAX_SEED:
+            raise InputError(
+                f"--seed_everything must be an integer from 0 to {MAX_SEED} (true: a random "
+                f"seed, false: no seeding), got {seed}"
+            )
+        super()._set_seed()
+
     def before_instantiate_classes(self) -> None:
         """Resolve ``--trainer.precision`` left unset (null): ``bf16-mixed`` where the run
         trains on a CUDA GPU with bf16 support, Lightning's ``32-true`` elsewhere; and
@@ -192,6 +204,8 @@ class NoisyLabelsCLI(LightningCLI):
         if self._checkpoint is None:
             return
         changed = resume.check(self._checkpoint, self.model, self.datamodule)
+        options = resume.plain_options(self._setting("trainer"))
+        changed.update(resume.changed_options(self._checkpoint.trainer_options, options, "trainer"))
         if changed:
             rank_zero_only(print)(
                 resume.describe_changes(self._checkpoint.path, changed), file=sys.stderr

@@ -61,6 +61,17 @@ def read_yaml(path: Path, what: str = "config file") -> Any:
         raise InputError(f"{what} {path} is not a text (YAML) file") from None
 
 
+def _yaml_kind(content: Any) -> str:
+    """What a YAML document that is not a mapping holds, in words (``plain text``, ...)."""
+    if isinstance(content, str):
+        return "plain text"
+    if isinstance(content, list):
+        return "a list"
+    if isinstance(content, (bool, int, float)):
+        return "a single value"
+    return f"a {type(content).__name__}"
+
+
 def listed_files(path: Path, names: Any, where: str) -> list[Path]:
     """The files that the file ``path`` lists (one path or a list; ``where`` says under which
     key), each relative to ``path``'s folder; raises naming a missing one."""
@@ -88,6 +99,13 @@ def read_composed(path: Path, _stack: tuple[Path, ...] = ()) -> list[tuple[Path,
         chain = " -> ".join(str(p) for p in (*_stack, path))
         raise InputError(f"config files compose each other in a cycle: {chain}")
     content = read_yaml(path)
+    if content is not None and not isinstance(content, dict):
+        # never echo the file: it may be anything (a key file, a log) given by mistake
+        raise InputError(
+            f"config file {path} is not a config: YAML reads it as {_yaml_kind(content)}, "
+            "where a config is a mapping of sections (trainer:, model:, "
+            "data:, compose:, ...); check the --config path or the compose: list"
+        )
     if not isinstance(content, dict) or COMPOSE_KEY not in content:
         return [(path, content, False)]
     content = dict(content)

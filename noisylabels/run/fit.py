@@ -49,19 +49,31 @@ from noisylabels.run.defaults import (
     trainer_objects,
 )
 from noisylabels.run.results import build_results, tail_summary, write_results
+from noisylabels.run.resume import plain_options
 from noisylabels.run.stops import StopSignals, refuse_hpc_checkpoints
 from noisylabels.run.storage import AtomicCheckpointIO, storage_error
 
 RESULTS_FILE = "results.json"
 LAST_METRIC = "test/acc_last"
+# what a resume from Python compares of the trainer (the command line compares every option)
+PYTHON_TRAINER_OPTIONS = (
+    "max_epochs",
+    "max_steps",
+    "accumulate_grad_batches",
+    "gradient_clip_val",
+    "check_val_every_n_epoch",
+)
 
 
 def run_callbacks(
-    datamodule: L.LightningDataModule | None = None, tail_test_epochs: int = 0
+    datamodule: L.LightningDataModule | None = None,
+    tail_test_epochs: int = 0,
+    trainer_options: dict[str, Any] | None = None,
 ) -> list[Callback]:
     """The callbacks of every run: the noise and its T (``noise.pt``, ``transition.csv``), T̂ and
     ε_T, the stop on a NaN/Inf loss, a line per epoch where there is no progress bar,
-    ``checkpoints/last.ckpt`` to resume from, and whatever the data module needs (e.g. a
+    ``checkpoints/last.ckpt`` to resume from (keeping ``trainer_options`` for the record of a
+    resume), and whatever the data module needs (e.g. a
     skipped-image report); with ``tail_test_epochs``, the clean test accuracy of every network
     over that many last epochs (:class:`TailTest`)."""
     callbacks: list[Callback] = [
@@ -69,7 +81,7 @@ def run_callbacks(
         TransitionMonitor(),
         DivergenceGuard(),
         EpochLog(),
-        LastCheckpoint(),
+        LastCheckpoint(trainer_options),
     ]
     if tail_test_epochs:
         callbacks.insert(2, TailTest(tail_test_epochs))
@@ -152,10 +164,11 @@ def fit_and_test(
     start = time.perf_counter()
     if seed is None and os.environ.get("PL_GLOBAL_SEED") is not None:
         seed = int(os.environ["PL_GLOBAL_SEED"])
+    options = trainer_options(trainer, config)
     added = command_line_callbacks(
         trainer, model, select_best=select_best, subset_statistics=subset_statistics
     )
-    attach_callbacks(trainer, [*added, *run_callbacks(datamodule, tail_test_epochs)])
+    attach_callbacks(trainer, [*added, *run_callbacks(datamodule, tail_test_epochs, options)])
     if config is None and save_config:
         config = run_config(model, datamodule, trainer, seed)
         attach_callbacks(trainer, [ConfigRecord(config, trainer_objects(trainer))])
@@ -231,6 +244,16 @@ def _results(
         tail=tail,
         command=command,
     )
+
+
+def trainer_options(trainer: L.Trainer, config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The trainer options a resume compares with the checkpoint's: the config's ``trainer``
+    section (every ``--trainer.*`` option of the command line), else the run-length settings
+    of ``trainer`` (a run from Python)."""
+    section = (config or {}).get("trainer")
+    if section is not None:
+        return plain_options(section)
+    return plain_options({name: getattr(trainer, name, None) for name in PYTHON_TRAINER_OPTIONS})
 
 
 def test_last_and_best(

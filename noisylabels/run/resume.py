@@ -10,14 +10,17 @@ Unlike Lightning's CLI, the checkpoint's hyperparameters are never applied over 
 config (files and command line) says what runs. What makes a checkpoint another experiment
 (method, backbone and its options, dataset, number of classes, input shape) must agree with the
 config, or the run is refused with the differences named; other differences (e.g.
-``--model.alpha``, ``--model.lr``) are printed, used from the resume on, and recorded in
-``results.json`` (``resumed[].changed``). The noisy labels must be those the checkpoint was
-trained on (checked by :class:`~noisylabels.callbacks.LastCheckpoint`).
+``--model.alpha``, ``--model.lr``, and any trainer option such as ``--trainer.max_epochs``,
+which the checkpoint keeps as :data:`TRAINER_OPTIONS` of its ``last.ckpt`` state) are printed,
+used from the resume on, and recorded in ``results.json`` (``resumed[].changed``). The noisy
+labels must be those the checkpoint was trained on (checked by
+:class:`~noisylabels.callbacks.LastCheckpoint`).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +35,8 @@ CHECKPOINT_FILE = "last.ckpt"
 # hyperparameters that make a checkpoint another experiment: they must match the config
 IDENTITY = ("backbone", "backbone_kwargs", "num_classes", "input_shape")
 DEFAULT_LOGGER_NAME = "lightning_logs"
+TRAINER_OPTIONS = "trainer_options"
+"""Key of the run's trainer options in the checkpointed state of ``last.ckpt``'s callback."""
 
 
 @dataclass
@@ -43,6 +48,7 @@ class Checkpoint:
     run_folder: Path | None
     model_hparams: dict[str, Any] = field(default_factory=dict)
     data_hparams: dict[str, Any] = field(default_factory=dict)
+    trainer_options: dict[str, Any] | None = None
 
 
 def logger_base(logger: Any, root: Path) -> Path | None:
@@ -144,12 +150,41 @@ def load(value: str, root: Path, logger: Any) -> Checkpoint:
     """Locate and read the checkpoint of ``--ckpt_path value``."""
     path, folder = locate(value, root, logger)
     content = read(path)
+    states = content.get("callbacks") or {}
+    saved = [state[TRAINER_OPTIONS] for state in states.values() if TRAINER_OPTIONS in state]
     return Checkpoint(
         path=path,
         run_folder=folder,
         model_hparams=dict(content.get("hyper_parameters") or {}),
         data_hparams=dict(content.get("datamodule_hyper_parameters") or {}),
+        trainer_options=saved[0] if saved else None,
     )
+
+
+def plain_options(options: Any) -> dict[str, Any]:
+    """Options (a mapping or a jsonargparse namespace, e.g. a config's ``trainer`` section)
+    as plain JSON values: what a checkpoint can hold and a resume compares."""
+    if options is None:
+        return {}
+    if hasattr(options, "as_dict"):
+        options = options.as_dict()
+    return json.loads(json.dumps(dict(options), default=str))
+
+
+def changed_options(
+    old: dict[str, Any] | None, new: dict[str, Any] | None, prefix: str
+) -> dict[str, list[Any]]:
+    """``{"prefix.name": [checkpoint value, current value]}`` for the options both sides know
+    that differ (an option only one side records is not a change: e.g. a checkpoint written
+    before trainer options were kept)."""
+    if not old or not new:
+        return {}
+    out = {}
+    for name in sorted(set(old) & set(new)):
+        before, after = _plain(old[name]), _plain(new[name])
+        if before != after:
+            out[f"{prefix}.{name}"] = [before, after]
+    return out
 
 
 def _class_name(class_path: str | None) -> str | None:

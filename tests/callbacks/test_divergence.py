@@ -59,3 +59,46 @@ def test_without_vrnl_the_learning_rate_is_the_likely_cause() -> None:
         with pytest.raises(DivergenceError) as err:
             _steps(DivergenceGuard(), _trainer(), module, [float("inf")])
         assert "alpha" not in str(err.value) and "--model.lr" in str(err.value)
+
+
+def _with_transition(T: torch.Tensor, estimated: bool = True) -> SimpleNamespace:
+    module = _module()
+    module.transition_estimate = lambda: T
+    module.estimates_transition = estimated
+    return module
+
+
+def test_a_degenerate_transition_matrix_is_named_first() -> None:
+    """T̂ with zero columns and rank 1 (every anchor the same sample): the message names its
+    condition and blames it before α and the learning rate."""
+    T = torch.zeros(10, 10)
+    T[:, 0] = 1.0
+    with pytest.raises(DivergenceError) as err:
+        _steps(DivergenceGuard(), _trainer(), _with_transition(T), [float("nan")])
+    message = str(err.value)
+    condition = (
+        "The estimated transition matrix T̂ the method corrects with has smallest diagonal "
+        "entry 0 (row 1), 9 all-zero columns (1, 2, 3, 4, 5, 6, 7, 8, 9), rank 1 of 10"
+    )
+    assert condition in message and "it is degenerate" in message
+    assert message.index("degenerate") < message.index("Otherwise: the VRNL coefficient alpha")
+    assert message.index("T̂") < message.index("alpha=0.1") < message.index("lr=0.5")
+
+
+def test_a_sound_transition_matrix_is_named_and_cleared() -> None:
+    T = torch.full((4, 4), 0.1) + 0.6 * torch.eye(4)
+    with pytest.raises(DivergenceError) as err:
+        _steps(DivergenceGuard(), _trainer(), _with_transition(T, estimated=False), [float("inf")])
+    message = str(err.value)
+    assert "The given transition matrix T the method corrects with has smallest diagonal " in (
+        message
+    )
+    assert "rank 4 of 4: it looks sound. The likely cause: the VRNL coefficient" in message
+
+
+def test_a_method_in_its_warmup_has_no_transition_to_name() -> None:
+    module = _with_transition(torch.eye(3))
+    module.transition_estimate = lambda: None  # in the warm-up there is no T̂ yet
+    with pytest.raises(DivergenceError) as err:
+        _steps(DivergenceGuard(), _trainer(), module, [float("nan")])
+    assert "transition matrix" not in str(err.value)

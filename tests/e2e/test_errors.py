@@ -4,8 +4,10 @@ looks like a run; programming errors keep their traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,6 +23,10 @@ from conftest import CONFIGS, REPO, make_mnist
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
 MNIST_CE = str(CONFIGS / "mnist_ce.yaml")
 CE_ON_DIGITS = ["--model", "CE", "--model.warmup_epochs", "0"]
+REWEIGHT = ["--model.class_path", "noisylabels.methods.Reweight"]
+ESTIMATE = ["--model.transition", "estimate"]
+SECRET = "s3cr3t-token-never-printed"  # in a file given as a config by mistake
+OTHER_SUBCOMMANDS = ("report", "plot")  # cases run as given, not as `fit`
 
 
 class RunsCode:
@@ -72,12 +78,46 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     np.save(root / "objects.npy", np.array([RunsCode(marker), 1], dtype=object), allow_pickle=True)
     (root / "T_2x2.csv").write_text("0.5,0.5\n0.5,0.5\n")
     (root / "T_garbage.pt").write_bytes(b"\x80\x04garbage")
+    (root / "empty.npy").write_bytes(b"")
+    (root / "utf16.csv").write_text("\n".join(["1"] * 1437) + "\n", encoding="utf-16")
+    eye = np.eye(10)
+    (root / "T_utf16.csv").write_text(
+        "\n".join(",".join(map(str, row)) for row in eye) + "\n", encoding="utf-16"
+    )
+    np.save(root / "T_strings.npy", np.array([["0.1"] * 10] * 10))
+    torch.save("the transition matrix", root / "T_str.pt")
+    zero_column = eye.copy()  # class 3 always flips to 4: column 3 is all zero
+    zero_column[3] = eye[4]
+    np.savetxt(root / "T_zero_column.csv", zero_column, delimiter=",")
+    singular = eye.copy()  # rows 2 and 5 equal
+    singular[2] = singular[5] = 0.0
+    singular[[2, 2, 5, 5], [2, 5, 2, 5]] = 0.5
+    np.savetxt(root / "T_singular.csv", singular, delimiter=",")
+    tiny_diagonal = eye.copy()  # class 3 keeps its label with probability 1e-5
+    tiny_diagonal[3, 3], tiny_diagonal[3, 4] = 1e-5, 1 - 1e-5
+    np.savetxt(root / "T_tiny_diagonal.csv", tiny_diagonal, delimiter=",")
+    (root / "notes.txt").write_text(f"notes of the run, token {SECRET}\nand more notes\n")
+    (root / "composes_notes.yaml").write_text("compose: [notes.txt]\n")
+    (root / "a_list.yaml").write_text(f"- {SECRET}\n- 2\n")
+    runs = root / "report_runs"
+    for name, text in (("good", json.dumps(GOOD_RESULTS)), ("empty", ""), ("cut", '{"method"')):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "results.json").write_text(text)
+    for name, text in (("empty", ""), ("cut", "[1, 2")):
+        (root / "damaged_runs" / name).mkdir(parents=True)
+        (root / "damaged_runs" / name / "results.json").write_text(text)
+    (root / "a_file").write_text("a file, not a folder\n")
     bad_mnist = root / "bad_mnist"
     make_mnist(bad_mnist, n_train=200, n_test=40)
     images = bad_mnist / "MNIST" / "raw" / "train-images-idx3-ubyte"
     images.write_bytes(images.read_bytes()[:5000])
     return Files(root, digits_ckpt, mnist_ckpt, mnist, marker)
 
+
+GOOD_RESULTS = {
+    "method": "Forward", "alpha": 0.0, "dataset": "mnist", "backbone": "lenet5", "seed": 0,
+    "noise": {"type": "symmetric", "rate_nominal": 0.2}, "test_acc": 0.9, "test_acc_last": 0.9,
+}  # fmt: skip
 
 Case = Callable[[Files], tuple[list[str], str]]
 # (id, args for `noisylabels fit` given the inputs, what the message must name, exit status)
@@ -154,9 +194,79 @@ CASES: list[tuple[str, Case, int]] = [
     ("ckpt-other-backbone", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
      "--model.backbone_kwargs", "{hidden: [32]}", "--ckpt_path", str(f.digits_ckpt)],
      "backbone_kwargs"), 2),
+    ("noise-npy-empty-file", lambda f: (["--config", QUICKSTART, "--data.noise_type", "file",
+     "--data.noise_file", str(f.root / "empty.npy")], "empty.npy"), 2),
+    ("noise-csv-utf16", lambda f: (["--config", QUICKSTART, "--data.noise_type", "file",
+     "--data.noise_file", str(f.root / "utf16.csv")], "utf16.csv is UTF-16"), 2),
+    ("noise-file-without-type-file", lambda f: (["--config", QUICKSTART, "--data.noise_file",
+     str(f.root / "short.csv")], "--data.noise_type file"), 2),
+    ("symmetric-noise-at-the-limit", lambda f: (["--config", QUICKSTART, "--data.noise_rate",
+     "0.9"], "(C-1)/C = 0.9"), 2),
+    ("symmetric-noise-beyond-the-limit", lambda f: (["--config", QUICKSTART, "--data.noise_rate",
+     "0.95"], "(C-1)/C = 0.9"), 2),
+    # ---- what would train nothing, or estimate from an untrained network
+    ("max-epochs-zero", lambda f: (["--config", QUICKSTART, "--trainer.max_epochs", "0"],
+     "--trainer.max_epochs 0 trains nothing"), 2),
+    ("max-steps-zero", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS, "--trainer.max_steps",
+     "0"], "--trainer.max_steps 0 trains nothing"), 2),
+    ("no-training-batches", lambda f: (["--config", QUICKSTART, "--trainer.limit_train_batches",
+     "0"], "--trainer.limit_train_batches 0"), 2),
+    ("stopped-in-the-warmup", lambda f: (["--config", QUICKSTART, *ESTIMATE,
+     "--model.warmup_epochs", "2", "--trainer.max_steps", "3"], "still in its warm-up"), 2),
+    ("estimate-without-warmup", lambda f: (["--config", QUICKSTART, *ESTIMATE,
+     "--model.warmup_epochs", "0"], "--model.warmup_epochs N"), 2),
+    ("reweight-estimate-without-warmup", lambda f: (["--config", QUICKSTART, *REWEIGHT,
+     *ESTIMATE, "--model.warmup_epochs", "0"], "Reweight with --model.transition estimate"), 2),
+    ("trevision-on-a-ce-preset", lambda f: (["--config", MNIST_CE, "--data.data_dir",
+     str(f.mnist_dir), "--model.class_path", "noisylabels.methods.TRevision"],
+     "--model.warmup_epochs N"), 2),
+    ("seed-negative", lambda f: (["--config", QUICKSTART, "--seed_everything", "-5"],
+     "--seed_everything must be an integer from 0 to 4294967295"), 2),
+    ("config-not-a-config", lambda f: (["--config", str(f.root / "notes.txt")],
+     "notes.txt is not a config"), 2),
+    ("config-a-yaml-list", lambda f: (["--config", str(f.root / "a_list.yaml")],
+     "a_list.yaml is not a config"), 2),
+    ("compose-not-a-config", lambda f: (["--config", str(f.root / "composes_notes.yaml")],
+     "notes.txt is not a config"), 2),
+    ("T-file-zero-column", lambda f: (["--config", QUICKSTART, "--model.transition",
+     str(f.root / "T_zero_column.csv")], "column 3 of T is all zero"), 2),
+    ("T-file-singular-for-reweight", lambda f: (["--config", QUICKSTART, *REWEIGHT,
+     "--model.transition", str(f.root / "T_singular.csv")],
+     "rows 2, 5 are linearly dependent"), 2),
+    ("T-file-diagonal-below-chance-for-reweight", lambda f: (["--config", QUICKSTART, *REWEIGHT,
+     "--model.transition", str(f.root / "T_tiny_diagonal.csv")], "T[3, 3] = 1e-05"), 2),
+    ("T-csv-utf16", lambda f: (["--config", QUICKSTART, "--model.transition",
+     str(f.root / "T_utf16.csv")], "T_utf16.csv is UTF-16"), 2),
+    ("T-npy-of-strings", lambda f: (["--config", QUICKSTART, "--model.transition",
+     str(f.root / "T_strings.npy")], "T_strings.npy holds an array of dtype <U3"), 2),
+    ("T-pt-holding-a-str", lambda f: (["--config", QUICKSTART, "--model.transition",
+     str(f.root / "T_str.pt")], "T_str.pt holds a str"), 2),
     # ---- a run that diverges
     ("diverged", lambda f: (["--config", QUICKSTART, "--model.lr", "1e6"], "--model.lr"), 3),
+    # ---- the other subcommands
+    ("report-damaged-results-strict", lambda f: (["report", str(f.root / "report_runs"),
+     "--strict"], "cut/results.json is not valid JSON"), 2),
+    ("report-every-run-damaged", lambda f: (["report", str(f.root / "damaged_runs")],
+     "every run under"), 2),
+    ("report-out-not-writable", lambda f: (["report", str(f.root / "report_runs"), "--out",
+     str(f.root / "a_file" / "table.md")], "cannot write --out"), 2),
+    ("plot-out-not-writable", lambda f: (["plot", str(f.digits_ckpt.parents[1]), "--out",
+     str(f.root / "a_file" / "fig.png")], "cannot write --out"), 2),
 ]  # fmt: skip
+
+
+def command_line(args: list[str], root: Path) -> list[str]:
+    """The argv of a case: a ``fit`` into ``root`` unless it names another subcommand."""
+    if args[0] in OTHER_SUBCOMMANDS:
+        return list(args)
+    return ["fit", *args, "--trainer.default_root_dir", str(root),
+            "--trainer.enable_progress_bar", "false"]  # fmt: skip
+
+
+def error_lines(err: str) -> list[str]:
+    """The error paragraphs in ``err``: ``noisylabels: error: ...`` (``fit``), or
+    ``noisylabels report: error: ...`` (argparse of the other subcommands)."""
+    return [line for line in err.splitlines() if re.match(r"noisylabels( \w+)?: error: ", line)]
 
 
 @pytest.mark.parametrize(
@@ -169,14 +279,13 @@ def test_bad_input_ends_with_one_paragraph(
 
     args, named = case(files)
     root = tmp_path / "runs"
-    argv = ["fit", *args, "--trainer.default_root_dir", str(root)]
-    argv += ["--trainer.enable_progress_bar", "false"]
     with pytest.raises(SystemExit) as exit_info:
-        main(argv)
+        main(command_line(args, root))
     err = capsys.readouterr().err
     assert exit_info.value.code == code, err[-2000:]
     assert "Traceback" not in err
-    messages = [line for line in err.splitlines() if line.startswith("noisylabels: error:")]
+    assert SECRET not in err, "the content of a file given by mistake was printed"
+    messages = error_lines(err)
     assert len(messages) == 1, err[-2000:]
     assert named in messages[0]
     assert not files.marker.exists(), "a file's pickled payload was executed"
@@ -260,3 +369,27 @@ def test_pickle_payload_fixture_would_run(tmp_path) -> None:
     marker = tmp_path / "ran"
     pickle.loads(pickle.dumps(RunsCode(marker)))
     assert marker.exists()
+
+
+def test_no_case_of_the_catalogue_prints_a_traceback(files: Files, tmp_path: Path) -> None:
+    """Every case of the catalogue run as the real command (a process whose uncaught exception
+    the interpreter prints): each exits with its status, and none prints a Python traceback.
+    The command lines share one process that imported the package and forks per case
+    (tests/e2e/as_command.py), so the catalogue costs seconds, not a start-up per case."""
+    commands = {name: command_line(case(files)[0], tmp_path / name) for name, case, _ in CASES}
+    commands_file, results_file = tmp_path / "commands.json", tmp_path / "results.json"
+    commands_file.write_text(json.dumps(commands))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env.pop("NOISYLABELS_DEBUG", None)
+    script = Path(__file__).with_name("as_command.py")
+    subprocess.run(
+        [sys.executable, str(script), str(commands_file), str(results_file)],
+        cwd=REPO, env=env, check=True, timeout=900,
+    )  # fmt: skip
+    results = json.loads(results_file.read_text())
+    expected = {name: code for name, _, code in CASES}
+    printed = sorted(name for name, r in results.items() if "Traceback" in r["stderr"])
+    assert not printed, "\n\n".join(f"{n}:\n{results[n]['stderr'][-1500:]}" for n in printed)
+    statuses = {name: r["status"] for name, r in results.items()}
+    assert statuses == expected
+    assert all(len(error_lines(r["stderr"])) == 1 for r in results.values())

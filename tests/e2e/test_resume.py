@@ -102,7 +102,15 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(run_cli, tmp_path: P
     # in the same run folder, which says it was resumed and from what
     assert last_checkpoint(root) == last
     assert next(root.rglob("results.json")).parent == last.parent.parent
-    assert resumed["resumed"] == [{"from": str(last), "epochs_done": 1, "changed": {}}]
+    # the one trainer option that differs is the interrupting callback, recorded as changed
+    [record] = resumed["resumed"]
+    assert {k: record[k] for k in ("from", "epochs_done")} == {"from": str(last), "epochs_done": 1}
+    assert list(record["changed"]) == ["trainer.callbacks"]
+    before, after = record["changed"]["trainer.callbacks"]
+    assert [c["class_path"] for c in before] == [
+        *(c["class_path"] for c in after),
+        "interrupt.InterruptAt",
+    ]
 
 
 @pytest.mark.slow
@@ -163,10 +171,56 @@ def test_resume_with_a_changed_hyperparameter_uses_and_records_it(
         "--model.alpha", "0.3", "--ckpt_path", "last",
     )  # fmt: skip
     assert cli.model.alpha == 0.3
-    assert "model.alpha: 0.1 -> 0.3" in capsys.readouterr().err
+    notice = capsys.readouterr().err
+    assert "model.alpha: 0.1 -> 0.3" in notice and "trainer.max_epochs: 1 -> 2" in notice
     results = read_results(tmp_path)
     assert results["alpha"] == 0.3 and results["epochs"] == 2
-    assert results["resumed"][0]["changed"] == {"model.alpha": [0.1, 0.3]}
+    assert results["resumed"][0]["changed"] == {
+        "model.alpha": [0.1, 0.3],
+        "trainer.max_epochs": [1, 2],
+    }
+
+
+def test_resume_records_every_changed_trainer_option(run_cli, tmp_path: Path, capsys) -> None:
+    """Trainer options (not only the method's and the data's) that differ from the checkpoint's
+    run are printed and recorded: a longer run and another gradient clipping; an option given
+    again with its old value is not a change."""
+    run_cli("fit", *QUICK, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3")
+    capsys.readouterr()
+    run_cli(
+        "fit", *QUICK, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
+        "--trainer.gradient_clip_val", "0.5", "--ckpt_path", "last",
+    )  # fmt: skip
+    notice = [line for line in capsys.readouterr().err.splitlines() if "resuming from" in line]
+    assert len(notice) == 1
+    assert "trainer.max_epochs: 1 -> 2" in notice[0]
+    assert "trainer.gradient_clip_val: None -> 0.5" in notice[0]
+    assert "limit_train_batches" not in notice[0]
+    assert read_results(tmp_path)["resumed"][0]["changed"] == {
+        "trainer.gradient_clip_val": [None, 0.5],
+        "trainer.max_epochs": [1, 2],
+    }
+
+
+def test_resume_from_python_records_the_changed_run_length(tmp_path: Path) -> None:
+    """fit_and_test from Python (no config): the trainer's run-length settings are compared."""
+    from lightning import Trainer
+
+    from noisylabels.data import DigitsDataModule
+    from noisylabels.methods import CE
+    from noisylabels.run import fit_and_test
+
+    def run(epochs: int, ckpt_path: str | None = None) -> dict:
+        trainer = Trainer(
+            max_epochs=epochs, limit_train_batches=2, default_root_dir=tmp_path, logger=False,
+            enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+        )  # fmt: skip
+        model = CE(backbone="mlp", num_classes=10, input_shape=(1, 8, 8))
+        return fit_and_test(model, DigitsDataModule(), trainer, ckpt_path=ckpt_path, test=False)
+
+    run(1)
+    results = run(2, str(last_checkpoint(tmp_path)))
+    assert results["resumed"][0]["changed"] == {"trainer.max_epochs": [1, 2]}
 
 
 def test_resume_with_other_noisy_labels_is_refused(run_cli, tmp_path: Path) -> None:

@@ -273,8 +273,12 @@ def test_estimated_T_real_tiny_run_then_resume(run_cli, tmp_path, mnist_dir, mon
     assert torch.allclose(load_transition(folder / "transition_estimate.csv", 10), T_hat)
     resumed = read_results(first)
     assert resumed["epochs"] == 3
-    assert resumed["resumed"] == [
-        {"from": str(folder / "checkpoints" / "last.ckpt"), "epochs_done": 2, "changed": {}}
+    assert resumed["resumed"] == [  # the larger --trainer.max_epochs is recorded
+        {
+            "from": str(folder / "checkpoints" / "last.ckpt"),
+            "epochs_done": 2,
+            "changed": {"trainer.max_epochs": [2, 3]},
+        }
     ]
 
 
@@ -395,3 +399,76 @@ def test_volmin_variance_term_reaches_the_classifier_not_T() -> None:
         grads[alpha] = (model.W.grad.clone(), next(model.net.parameters()).grad.clone())
     assert torch.allclose(grads[0.0][0], grads[0.5][0], atol=1e-7)  # T: unchanged by VRNL
     assert not torch.allclose(grads[0.0][1], grads[0.5][1])  # classifier: reweighted
+
+
+DIGITS_REWEIGHT = [
+    "--config", str(CONFIGS / "quickstart.yaml"),
+    "--model.class_path", "noisylabels.methods.Reweight", "--model.transition", "estimate",
+    "--model.warmup_epochs", "1", "--data.batch_size", "64",
+]  # fmt: skip
+
+
+def test_fast_dev_run_trains_the_warmup_then_estimates_then_corrects(run_cli, monkeypatch) -> None:
+    """A smoke test runs both stages in its one epoch: the first half of its batches are the
+    plain-CE warm-up, T̂ is estimated from that model, the rest are the corrected stage."""
+    from noisylabels.methods.core.base import NoisyLabelMethod
+
+    stages, estimated_after = [], []
+    real_step, real_start = NoisyLabelMethod.training_step, NoisyLabelMethod.start_main_stage
+
+    def step(self, batch, batch_idx):
+        stages.append((batch_idx, self.in_warmup))
+        return real_step(self, batch, batch_idx)
+
+    def start(self):
+        estimated_after.append(self.trainer.global_step)
+        return real_start(self)
+
+    monkeypatch.setattr(NoisyLabelMethod, "training_step", step)
+    monkeypatch.setattr(NoisyLabelMethod, "start_main_stage", start)
+    cli = run_cli("fit", *DIGITS_REWEIGHT, "--trainer.fast_dev_run", "4")
+    assert stages == [(0, True), (1, True), (2, False), (3, False)]
+    assert estimated_after == [2]  # T̂ from the model of 2 warm-up steps
+    assert cli.results["t_estimation_error"] is not None
+
+
+def _degenerate_anchors(probs, filter_outliers, quantile):
+    """T̂ of anchors that are all the same sample: every row e_0 (rank 1, 9 zero columns)."""
+    T = torch.zeros(probs.shape[1], probs.shape[1])
+    T[:, 0] = 1.0
+    return T
+
+
+def test_fast_dev_run_replaces_a_degenerate_estimate_and_says_so(run_cli, monkeypatch) -> None:
+    monkeypatch.setattr(transition_module, "anchor_transition", _degenerate_anchors)
+    with pytest.warns(UserWarning, match=r"fast_dev_run: Reweight's T̂.*degenerate .*T̂ = I"):
+        cli = run_cli("fit", *DIGITS_REWEIGHT, "--trainer.fast_dev_run", "2")
+    assert torch.equal(cli.model.T, torch.eye(10))
+    assert cli.results["test_acc"] is not None
+
+
+def test_a_real_run_with_a_degenerate_estimate_warns_and_its_divergence_names_it(
+    run_cli, monkeypatch, tmp_path
+) -> None:
+    """Outside a smoke test a degenerate T̂ is kept (warned about once, at the estimate); when
+    the corrected stage then diverges, the message names T̂'s condition before α and lr."""
+    from noisylabels.errors import DivergenceError
+
+    monkeypatch.setattr(transition_module, "anchor_transition", _degenerate_anchors)
+    with pytest.warns(UserWarning, match=r"Reweight: the T̂ estimated at epoch 1 is degenerate"):
+        with pytest.raises(DivergenceError) as err:
+            run_cli("fit", *DIGITS_REWEIGHT, "--trainer.max_epochs", "3")
+    message = str(err.value)
+    assert "epoch 1" in message
+    assert "9 all-zero columns (1, 2, 3, 4, 5, 6, 7, 8, 9), rank 1 of 10" in message
+    assert message.index("it is degenerate") < message.index("alpha=0.1")
+    assert not list(tmp_path.rglob("results.json"))
+
+
+def test_transition_estimate_needs_warmup_epochs_except_in_a_smoke_test(run_cli) -> None:
+    from noisylabels.errors import InputError
+
+    no_warmup = [*DIGITS_REWEIGHT, "--model.warmup_epochs", "0"]
+    with pytest.raises(InputError, match=r"--model.warmup_epochs is 0.*untrained network"):
+        run_cli("fit", *no_warmup, "--trainer.max_epochs", "2")
+    assert run_cli("fit", *no_warmup, "--trainer.fast_dev_run", "2").results is not None

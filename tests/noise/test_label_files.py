@@ -39,6 +39,7 @@ def _write(path: Path, obj) -> Path:
         ("one.csv", "3\n0\n2\n2\n1\n", None),
         ("row.txt", "3, 0 2\n\n2,1\n", None),
         ("floats.csv", "3.0\n0\n2\n2e0\n1\n", None),
+        ("bom.csv", "\ufeff3\n0\n2\n2\n1\n", None),  # "CSV UTF-8" of spreadsheet programs
     ],
 )
 def test_formats(tmp_path: Path, name: str, content, key: str | None) -> None:
@@ -65,12 +66,23 @@ def test_formats(tmp_path: Path, name: str, content, key: str | None) -> None:
         ("flat.pt", torch.zeros(5, dtype=torch.long), "worse", r"drop --data.noise_file_key"),
         ("text.csv", "1\n", "worse", r"drop --data.noise_file_key"),
         ("labels.json", "[]", None, r"unsupported label file type '.json'"),
+        ("empty.npy", b"", None, r"empty.npy cannot be read as a .npy array .*empty, truncated"),
+        ("cut.npy", "cut", None, r"cut.npy: .*integer array|cut.npy cannot be read"),
+        ("u16.csv", "3\n0\n2\n2\n1\n".encode("utf-16"), None, r"u16.csv is UTF-16 text"),
+        ("latin.csv", "3\n0\n\xe9\n".encode("latin-1"), None, r"latin.csv is not UTF-8 text"),
     ],
 )
 def test_refusals_name_the_file(tmp_path: Path, name: str, content, key, match: str) -> None:
     if name == "obj.npy":
         np.save(tmp_path / name, content, allow_pickle=True)
         path = tmp_path / name
+    elif name == "cut.npy":  # a .npy file cut short after its header
+        np.save(tmp_path / name, np.arange(5))
+        path = tmp_path / name
+        path.write_bytes(path.read_bytes()[:-12])
+    elif isinstance(content, bytes):
+        path = tmp_path / name
+        path.write_bytes(content)
     else:
         path = _write(tmp_path / name, content)
     with pytest.raises(InputError, match=match):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from noisylabels.errors import InputError
 from noisylabels.noise import (
     NOISE_TYPES,
     anchor_transition,
@@ -211,6 +212,23 @@ def test_load_errors(tmp_path) -> None:
     (tmp_path / "t.json").write_text("[]")
     with pytest.raises(ValueError, match="unsupported"):
         load_transition(tmp_path / "t.json", 2)
+    # strings, a str, UTF-16 text: one message naming the file (never a TypeError)
+    np.save(tmp_path / "strings.npy", np.array([["0.5", "0.5"], ["0.5", "0.5"]]))
+    with pytest.raises(InputError, match=r"strings.npy holds an array of dtype <U3"):
+        load_transition(tmp_path / "strings.npy", 2)
+    torch.save("eye", tmp_path / "str.pt")
+    with pytest.raises(InputError, match=r"str.pt holds a str, not a C x C matrix"):
+        load_transition(tmp_path / "str.pt", 2)
+    torch.save({"transition": ["a", "b"]}, tmp_path / "list.pt")
+    with pytest.raises(InputError, match=r"list.pt holds a list"):
+        load_transition(tmp_path / "list.pt", 2)
+    (tmp_path / "u16.csv").write_text("1,0\n0,1\n", encoding="utf-16")
+    with pytest.raises(InputError, match=r"u16.csv is UTF-16 text"):
+        load_transition(tmp_path / "u16.csv", 2)
+    (tmp_path / "bom.csv").write_text("\ufeff1,0\n0,1\n")  # UTF-8 with a byte-order mark
+    assert torch.equal(load_transition(tmp_path / "bom.csv", 2), torch.eye(2))
+    torch.save([[1.0, 0.0], [0.0, 1.0]], tmp_path / "nested.pt")  # a nested list of numbers
+    assert torch.equal(load_transition(tmp_path / "nested.pt", 2), torch.eye(2))
 
 
 # --- corruption ----------------------------------------------------------------------------
@@ -410,3 +428,51 @@ def test_bias_transition() -> None:
     assert torch.equal(bias_transition(T, 0.0, _gen(0)), T)
     with pytest.raises(ValueError, match="gamma"):
         bias_transition(T, -0.1, _gen(0))
+
+
+def test_symmetric_noise_below_the_majority_limit() -> None:
+    """From (C-1)/C on, a symmetric noisy label is uniform (or points away from the clean
+    class): refused naming the limit, for every C."""
+    from noisylabels.noise import check_noise_options, symmetric_limit
+
+    assert symmetric_limit(10) == pytest.approx(0.9) and symmetric_limit(2) == 0.5
+    symmetric_transition(10, 0.89)
+    for c, rate in ((10, 0.9), (10, 0.95), (2, 0.5), (100, 0.99)):
+        with pytest.raises(InputError, match=rf"\(C-1\)/C = .* for C = {c} classes"):
+            symmetric_transition(c, rate)
+        with pytest.raises(InputError, match="--data.noise_rate"):
+            check_noise_options("symmetric", rate, num_classes=c)
+    check_noise_options("symmetric", 0.95)  # without the class count nothing to compare
+    check_noise_options("asymmetric", 0.6, num_classes=10)
+
+
+def test_a_noise_file_needs_noise_type_file() -> None:
+    from noisylabels.noise import check_noise_options
+
+    for noise_type in ("symmetric", "pair", "none", "instance"):
+        with pytest.raises(InputError, match="add --data.noise_type file"):
+            check_noise_options(noise_type, 0.2, noise_file="labels.csv")
+    check_noise_options("file", 0.2, noise_file="labels.csv")
+
+
+def test_transition_condition() -> None:
+    from noisylabels.noise import transition_condition
+
+    sound = transition_condition(symmetric_transition(10, 0.4))
+    assert not sound.degenerate and sound.rank == 10 and sound.zero_columns == ()
+    assert sound.min_diagonal == pytest.approx(0.6)
+    assert (
+        sound.describe() == "smallest diagonal entry 0.6 (row 0), no all-zero column, rank 10 of 10"
+    )
+    T = torch.eye(5)
+    T[1] = T[3]  # class 1 always flips to 3: column 1 is zero, rows 1 and 3 equal
+    bad = transition_condition(T)
+    assert bad.zero_columns == (1,) and bad.rank == 4 and bad.dependent_rows == (1, 3)
+    assert bad.degenerate and bad.singular and bad.min_diagonal_row == 1
+    assert "1 all-zero column (1)" in bad.describe()
+    assert "rank 4 of 5 (rows 1, 3 are linearly dependent)" in bad.describe()
+    chance = transition_condition(torch.full((4, 4), 0.25) * 0.5 + 0.5 * torch.eye(4).flip(0))
+    assert chance.below_chance and chance.degenerate and not chance.singular
+    nan = torch.eye(3)
+    nan[0, 0] = float("nan")
+    assert transition_condition(nan).describe() == "non-finite entries (nan or inf)"

@@ -200,3 +200,67 @@ def test_dual_t_runs_are_their_own_rows_and_match_the_papers_dual_t(tmp_path: Pa
     lines = report(write_runs(tmp_path, runs), "--paper").splitlines()
     assert "| Forward-DualT | **98.40 (1)** | 98.43 ± 0.05 |" in lines
     assert any(line.startswith("| Forward | 97.50 ± 0.50 (3) |") for line in lines)
+
+
+def test_damaged_runs_are_skipped_with_a_warning_at_the_end(tmp_path: Path, capsys) -> None:
+    """A run whose results.json is empty, cut short or not a run's (or whose config.yaml is
+    damaged) is named and skipped, the rest reported; --strict fails on the first instead."""
+    from noisylabels.report.cli import main
+
+    root = write_runs(tmp_path / "runs", RUNS[:3])
+    damaged = {
+        "empty": ("results.json", ""),
+        "cut": ("results.json", '{"method": "Forward", "test_acc": 0.9'),
+        "list": ("results.json", "[0.9]"),
+        "word": ("results.json", json.dumps({"method": "CE", "test_acc": "high"})),
+        "yaml": ("config.yaml", "model: [unclosed\n"),
+    }
+    for name, (file, text) in damaged.items():
+        folder = root / name
+        folder.mkdir()
+        if file == "config.yaml":
+            (folder / "results.json").write_text(json.dumps({"method": "CE", "test_acc": 0.5}))
+        (folder / file).write_text(text)
+    capsys.readouterr()
+    text = main([str(root)])
+    out, err = capsys.readouterr()
+    assert "| Forward | **97.50 ± 0.50 (3)** |" in text and out.startswith(text)
+    assert "CE" not in text  # the damaged runs are not in the table
+    warning, *listed = err.strip().splitlines()
+    assert warning.startswith("noisylabels report: warning: 5 run(s) skipped")
+    assert "--strict" in warning
+    for name, expected in (
+        ("cut", "is not valid JSON (line 1, column 38"),
+        ("empty", "is empty"),
+        ("list", "holds a JSON list, not a run's results"),
+        ("word", "test_acc is 'high', not a number"),
+        ("yaml", "config.yaml cannot be read as YAML"),
+    ):
+        assert any(f"{root / name}" in line and expected in line for line in listed), name
+    with pytest.raises(SystemExit) as exc:
+        main([str(root), "--strict"])
+    assert exc.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"noisylabels report: error: {root / 'cut' / 'results.json'}")
+    assert error.endswith("without --strict such a run is skipped with a warning")
+
+
+def test_report_out_that_cannot_be_written_is_one_message(tmp_path: Path, capsys) -> None:
+    import os
+
+    runs = write_runs(tmp_path / "r")
+    (tmp_path / "a_file").write_text("")
+    targets = [tmp_path / "a_file" / "table.md"]  # a folder that is a file
+    if os.geteuid() != 0:  # permissions bind everyone but root
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        targets.append(locked / "table.md")
+    for out in targets:
+        with pytest.raises(SystemExit) as exc:
+            report(runs, "--out", out)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert f"noisylabels report: error: cannot write --out {out}: " in err
+        assert "Traceback" not in err
+        if out.parent.name == "a_file":
+            assert f"{out.parent} is a file, not a folder" in err

@@ -320,6 +320,7 @@ class NoisyLabelMethod(StagedModule):
             self.check_stages_fit()
 
     def on_train_start(self) -> None:
+        self.plan_smoke_test()
         self.maybe_start_main_stage()
 
     def on_train_epoch_start(self) -> None:
@@ -339,6 +340,7 @@ class NoisyLabelMethod(StagedModule):
             optim.step_schedulers(self)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self.maybe_start_main_stage(batch_idx)
         self.speed.begin_step()
 
     def on_validation_batch_start(

@@ -35,3 +35,15 @@ def load_network_state(networks: Sequence[nn.Module], state: Mapping[str, Any]) 
     """Load :func:`network_state` output into the networks, in place."""
     for name, net in named_networks(networks).items():
         net.load_state_dict(state[name])
+
+
+def better_model(
+    best: dict[str, Any] | None, score: float | Any, epoch: int, networks: Sequence[nn.Module]
+) -> dict[str, Any]:
+    """``best`` (``{"epoch", "score", "state"}`` of the best model so far), or the networks'
+    current state (a copy on the CPU) at ``epoch`` where ``score`` beats it (the earliest epoch
+    wins a tie). A tensor ``score`` is read to the host here."""
+    score = float(score)
+    if best is None or score > best["score"]:
+        return {"epoch": epoch, "score": score, "state": network_state(networks, "cpu")}
+    return best

@@ -27,10 +27,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from noisylabels.errors import InputError
 from noisylabels.methods.core import optim
 from noisylabels.methods.core.losses import cross_entropy
-from noisylabels.methods.core.networks import load_network_state, network_state
+from noisylabels.methods.core.networks import better_model, load_network_state, network_state
 from noisylabels.methods.core.stages import StagedLR, StageSchedule
 
 CHECKPOINT_KEY = "stage_schedule"
@@ -184,6 +183,7 @@ class StagedModule(L.LightningModule):
         self._main_best: dict[str, Any] | None = None
         self.estimation_epoch: int | None = None
         self.estimate_details: dict[str, Any] | None = None  # what an estimation point found
+        self._smoke_split = 0  # fast_dev_run: the batch at which the method's stage begins
         self.register_load_state_dict_post_hook(_sync_stage_flag)
 
     @property
@@ -239,22 +239,16 @@ class StagedModule(L.LightningModule):
         trainer = self._trainer
         if trainer is not None and trainer.sanity_checking:
             return
+        epoch, nets = self.current_epoch, self.networks
         if self.in_warmup and self.schedule.keeps_best_warmup:
-            self._warmup_best = self._better(self._warmup_best, score)
+            self._warmup_best = better_model(self._warmup_best, score, epoch, nets)
         elif (
             not self.in_warmup
             and not self.in_revision
             and self.revision_length() > 0
             and self.schedule.revision_model == "best"
         ):
-            self._main_best = self._better(self._main_best, score)
-
-    def _better(self, best: dict[str, Any] | None, score: float | Tensor) -> dict[str, Any]:
-        score = float(score)
-        if best is None or score > best["score"]:
-            state = self.network_state(device="cpu")
-            return {"epoch": self.current_epoch, "score": score, "state": state}
-        return best
+            self._main_best = better_model(self._main_best, score, epoch, nets)
 
     def network_state(self, device: str | torch.device | None = None) -> dict[str, Any]:
         """A copy of the networks' weights and buffers by name."""
@@ -265,10 +259,20 @@ class StagedModule(L.LightningModule):
         load_network_state(self.networks, state)
 
     # ---------------------------------------------------------------- the stage change
-    def maybe_start_main_stage(self) -> None:
-        """Begin the method's own stage if the warm-up is over (at a training epoch's start)."""
-        if self.in_warmup and self.schedule.main_starts(self.current_epoch, self.warmup_length()):
-            self.start_main_stage()
+    def plan_smoke_test(self) -> None:
+        """At the start of training: under ``fast_dev_run`` with a warm-up stage, the method's
+        own stage begins within the one epoch (:meth:`StageSchedule.smoke_warmup_batches`)."""
+        trainer = self._trainer
+        batches = trainer.num_training_batches if trainer and trainer.fast_dev_run else 0
+        self._smoke_split = self.schedule.smoke_warmup_batches(self.has_warmup_stage, batches)
+
+    def maybe_start_main_stage(self, batch_idx: int | None = None) -> None:
+        """Begin the method's own stage if the warm-up is over: at a training epoch's start, or
+        at the batch ``batch_idx`` a ``fast_dev_run`` planned (one comparison per step else)."""
+        split = self._smoke_split
+        if (batch_idx == split if split else batch_idx is None) and self.in_warmup:
+            if split or self.schedule.main_starts(self.current_epoch, self.warmup_length()):
+                self.start_main_stage()
 
     def start_main_stage(self) -> None:
         """Begin the method's own stage now: the estimation point on the warm-up model that
@@ -348,25 +352,17 @@ class StagedModule(L.LightningModule):
         return list(self._trainer.optimizers) if self._trainer is not None else []
 
     def check_stages_fit(self) -> None:
-        """Refuse a warm-up and a revision that leave no epoch of the method's own stage."""
+        """Refuse a run that trains nothing or no epoch of its own stage (not fast_dev_run)."""
         trainer = self._trainer
         if trainer is None or trainer.fast_dev_run:
             return
-        warmup, revision, max_epochs = (
+        self.schedule.check_fits(
             self.warmup_length(),
             self.revision_length(),
-            trainer.max_epochs,
+            max_epochs=trainer.max_epochs,
+            max_steps=getattr(trainer, "max_steps", -1),
+            limit_train_batches=getattr(trainer, "limit_train_batches", None),
         )
-        if self.schedule.leaves_no_main_epoch(warmup, max_epochs, revision):
-            stages = f"warmup_epochs={warmup} leaves"
-            options = "--model.warmup_epochs"
-            if revision:
-                stages = f"warmup_epochs={warmup} and revision_epochs={revision} leave"
-                options = "--model.warmup_epochs or --model.revision_epochs"
-            raise InputError(
-                f"{stages} no epoch of the method's own stage with max_epochs={max_epochs}; "
-                f"lower {options} or raise --trainer.max_epochs"
-            )
 
     # ---------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -37,6 +37,7 @@ linearly to 0 at the stage's end, Adam's β1 set to ``decay_beta1`` from there o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -167,6 +168,50 @@ class StageSchedule:
         negative: unbounded)."""
         bounded = max_epochs is not None and max_epochs >= 0
         return bounded and warmup_length + revision_length >= max_epochs
+
+    def check_fits(
+        self,
+        warmup_length: int,
+        revision_length: int,
+        max_epochs: int | None,
+        max_steps: int = -1,
+        limit_train_batches: int | float | None = None,
+    ) -> None:
+        """Refuse a run that trains nothing (``max_epochs``, ``max_steps`` or
+        ``limit_train_batches`` 0: it would test an untrained network), or whose warm-up and
+        revision leave no epoch of the method's own stage; :class:`InputError` naming the
+        options."""
+        for option, value in (
+            ("max_epochs", max_epochs),
+            ("max_steps", max_steps),
+            ("limit_train_batches", limit_train_batches),
+        ):
+            if value == 0:
+                raise InputError(
+                    f"--trainer.{option} 0 trains nothing: the run would test an untrained "
+                    f"network and report it as a result; give --trainer.{option} a positive "
+                    "value (or leave it out)"
+                )
+        if not self.leaves_no_main_epoch(warmup_length, max_epochs, revision_length):
+            return
+        stages = f"warmup_epochs={warmup_length} leaves"
+        options = "--model.warmup_epochs"
+        if revision_length:
+            stages = f"warmup_epochs={warmup_length} and revision_epochs={revision_length} leave"
+            options = "--model.warmup_epochs or --model.revision_epochs"
+        raise InputError(
+            f"{stages} no epoch of the method's own stage with max_epochs={max_epochs}; "
+            f"lower {options} or raise --trainer.max_epochs"
+        )
+
+    def smoke_warmup_batches(self, active: bool, num_batches: int | float) -> int:
+        """How many of a ``fast_dev_run``'s ``num_batches`` training batches are warm-up in a
+        run with a warm-up stage (``active``): the first half, rounded down, so the smoke test
+        runs the warm-up, the estimation point and the method's own stage in its one epoch
+        (0: the method's stage from the start)."""
+        if not active or not math.isfinite(num_batches):
+            return 0
+        return int(num_batches) // 2
 
     def revision_start(self, max_epochs: int | None, revision_length: int) -> int | None:
         """The first epoch of the revision stage (``None`` without one)."""
