@@ -1,11 +1,12 @@
-"""Observers of a run: per-subset loss statistics, the transition-matrix monitor and the
-divergence stop. They read what a training step hands out (its
+"""Observers of a run: per-subset loss statistics, every sample's training dynamics, the
+transition-matrix monitor and the divergence stop. They read what a training step hands out (its
 :class:`~noisylabels.methods.core.step.StepOutput` records) and a method's public outputs (T̂),
 never a method's insides; what a run records on disk is :mod:`noisylabels.run`'s."""
 
 from noisylabels.callbacks.divergence import DivergenceGuard
+from noisylabels.callbacks.dynamics import SampleDynamics
 from noisylabels.callbacks.subsets import SubsetStatistics
 from noisylabels.callbacks.tail_test import TailTest
 from noisylabels.callbacks.transition_monitor import TransitionMonitor
 
-__all__ = ["DivergenceGuard", "SubsetStatistics", "TailTest", "TransitionMonitor"]
+__all__ = ["DivergenceGuard", "SampleDynamics", "SubsetStatistics", "TailTest", "TransitionMonitor"]

@@ -1,6 +1,7 @@
 """What a run writes about its noise: the exact noisy labels and T (``noise.pt``,
-``transition.csv``) at the start, the final T̂ and ε_T (``transition_estimate.csv``/``.json``) at
-the end, and :func:`run_dir`, the folder of a run."""
+``transition.csv``) at the start, the final T̂ and ε_T (``transition_estimate.csv``/``.json``)
+and every training sample's record over the epochs (``sample_dynamics.pt``, what
+``noisylabels audit`` ranks labels by) at the end, and :func:`run_dir`, the folder of a run."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
+from noisylabels.callbacks import SampleDynamics
 from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.noise import save_transition
 
 ESTIMATE_FILE = "transition_estimate.csv"
 ERROR_FILE = "transition_estimate.json"
+DYNAMICS_FILE = "sample_dynamics.pt"
+DYNAMICS_VERSION = 1
 
 
 def run_dir(trainer: L.Trainer) -> Path:
@@ -78,3 +82,31 @@ def write_transition_estimate(out: Path, model: Any) -> None:
         "t_estimation_error": model.t_estimation_error(T_hat),
     }
     (out / ERROR_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def write_sample_dynamics(out: Path, trainer: L.Trainer, model: Any) -> Path | None:
+    """Write the run's :class:`~noisylabels.callbacks.SampleDynamics` sums to
+    ``out/sample_dynamics.pt`` (tensors, numbers and strings only: it loads with
+    ``torch.load(weights_only=True)``), with the training labels, the training split, the
+    method's ``alpha`` and the run's epoch count; nothing where the trainer has no such callback
+    or it recorded nothing. Returns the path written."""
+    found = [c for c in trainer.callbacks if isinstance(c, SampleDynamics)]
+    record = found[0].record() if found else None
+    datamodule = trainer.datamodule
+    if record is None or not isinstance(datamodule, NoisyDataModule):
+        return None
+    facts = datamodule.data_facts()
+    record.update(
+        version=DYNAMICS_VERSION,
+        network=found[0].network,
+        num_classes=facts.num_classes,
+        noisy_labels=facts.noisy_labels.long().cpu(),
+        train_indices=facts.train_indices.long().cpu(),
+        alpha=float(getattr(model, "alpha", 0.0)),
+        method=str(getattr(model, "method_name", type(model).__name__)),
+        trained_epochs=int(trainer.current_epoch),
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / DYNAMICS_FILE
+    torch.save(record, path)
+    return path

@@ -28,9 +28,14 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback, Checkpoint
 
-from noisylabels.callbacks import DivergenceGuard, TailTest, TransitionMonitor
+from noisylabels.callbacks import DivergenceGuard, SampleDynamics, TailTest, TransitionMonitor
 from noisylabels.data import NoisyDataModule
-from noisylabels.run.artifacts import NoiseRecorder, run_dir, write_transition_estimate
+from noisylabels.run.artifacts import (
+    NoiseRecorder,
+    run_dir,
+    write_sample_dynamics,
+    write_transition_estimate,
+)
 from noisylabels.run.checkpoints import LastCheckpoint, discard_failed_run, resume_history
 from noisylabels.run.results import build_results, tail_summary, write_results
 
@@ -42,12 +47,14 @@ def run_callbacks(
     datamodule: L.LightningDataModule | None = None, tail_test_epochs: int = 0
 ) -> list[Callback]:
     """The callbacks of every run: the noise and its T (``noise.pt``, ``transition.csv``), T̂ and
-    ε_T, the stop on a NaN/Inf loss, ``checkpoints/last.ckpt`` to resume from, and whatever the
-    data module needs (e.g. a skipped-image report); with ``tail_test_epochs``, the clean test
-    accuracy of every network over that many last epochs (:class:`TailTest`)."""
+    ε_T, every training sample's record over the epochs (``sample_dynamics.pt``), the stop on a
+    NaN/Inf loss, ``checkpoints/last.ckpt`` to resume from, and whatever the data module needs
+    (e.g. a skipped-image report); with ``tail_test_epochs``, the clean test accuracy of every
+    network over that many last epochs (:class:`TailTest`)."""
     callbacks: list[Callback] = [
         NoiseRecorder(),
         TransitionMonitor(),
+        SampleDynamics(),
         DivergenceGuard(),
         LastCheckpoint(),
     ]
@@ -88,7 +95,8 @@ def fit_and_test(
 ) -> dict[str, Any] | None:
     """Fit ``model`` on ``datamodule``, test the best checkpoint (by the trainer's checkpoint
     callback; the final model where there is none) and the last epoch's model on the clean test
-    set, and write ``results.json`` and the final T̂ to the run dir.
+    set, and write ``results.json``, the final T̂ and the per-sample record
+    (``sample_dynamics.pt``) to the run dir.
 
     Args:
         ckpt_path: checkpoint to resume the fit from (Lightning's ``ckpt_path``).
@@ -137,6 +145,7 @@ def fit_and_test(
         return results
     folder = run_dir(trainer)
     write_transition_estimate(folder, model)
+    write_sample_dynamics(folder, trainer, model)
     write_results(results, folder / RESULTS_FILE)
     return results
 
