@@ -28,7 +28,7 @@ class Parser(argparse.ArgumentParser):
     command) instead of a usage message and an exit."""
 
     def error(self, message: str) -> Any:  # type: ignore[override]
-        raise InputError(f"noisylabels audit: {message} (noisylabels audit --help)")
+        raise InputError(f"{message} (noisylabels audit --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +71,6 @@ class LabelIssues:
     quality: dict[str, Any] | None
     flagged: int
     classes: list[str] | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def top(self, k: int) -> list[dict[str, Any]]:
-        return self.rows[:k]
 
 
 def check_top(top: Any) -> int:
@@ -137,13 +133,15 @@ def audit(
     top = check_top(top)
     if score not in SCORES:
         raise InputError(f"--score must be one of {', '.join(SCORES)}, got {score!r}")
+    if score == "posterior" and folds < 2:
+        raise InputError(f"--folds must be at least 2 (K-fold cross-validation), got {folds}")
     folder = read_run(run)
-    scored = _scored(folder, score, folds, data_dir, log)
     dm: NoisyDataModule | None = None
     if grid or issubclass(data_class(folder), ImageFileDataModule):
         dm = data_module(folder, data_dir)  # the images, or the files of the rows
-    names = _class_names(dm, scored.num_classes)
-    chosen = parse_classes(classes, names)
+    names = _class_names(dm, folder.num_classes)
+    chosen = parse_classes(classes, names)  # before any cross-validation is trained
+    scored = _scored(folder, score, folds, data_dir, log)
     flagged = flag_top(scored)
     keep = torch.ones(len(scored.index), dtype=torch.bool)
     if chosen is not None:

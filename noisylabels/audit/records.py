@@ -81,10 +81,18 @@ class RunFolder:
         return self.noise["train_indices"].long()
 
     @property
+    def num_classes(self) -> int:
+        """The number of classes (the size of the run's measured T)."""
+        measured = self.noise.get("empirical_transition")
+        if isinstance(measured, torch.Tensor) and measured.ndim == 2:
+            return int(measured.shape[0])
+        return int(max(self.noisy_labels.max(), self.clean_labels.max())) + 1
+
+    @property
     def true_labels_known(self) -> bool:
         """Whether the clean labels are known apart from the training labels: synthetic noise,
         a label file or real noise with some clean labels, not ``noise_type: none``."""
-        return self.results.get("noise", {}).get("type") != "none"
+        return self.noise.get("type", self.results.get("noise", {}).get("type")) != "none"
 
     @property
     def seed(self) -> int:

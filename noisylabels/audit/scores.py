@@ -38,13 +38,12 @@ DEFAULT_SCORE = "margin"
 @dataclass(frozen=True)
 class Scored:
     """The audited samples (dataset indices of the training set, ``(M,)``), their given labels,
-    predicted classes and scores (higher: more suspect), of ``num_classes`` classes."""
+    predicted classes and scores (higher: more suspect)."""
 
     index: Tensor
     given: Tensor
     predicted: Tensor
     score: Tensor
-    num_classes: int
 
 
 def dynamics_scores(record: dict[str, Any], score: str) -> Scored:
@@ -67,8 +66,8 @@ def dynamics_scores(record: dict[str, Any], score: str) -> Scored:
         "weight": -record["weight"].float()[index] / n,
     }[score]
     given = record["noisy_labels"].long()[index]
-    probs = record["probs"].float()
-    return Scored(index, given, probs[index].argmax(1), values, probs.shape[1])
+    predicted = record["probs"].float()[index].argmax(1)
+    return Scored(index, given, predicted, values)
 
 
 def posterior_scores(
@@ -78,7 +77,7 @@ def posterior_scores(
     clean posteriors ``p`` and noisy posteriors ``q`` (rows ``(M, C)``)."""
     given = labels.long()
     score = 1.0 - noisy_probs.float().gather(1, given[:, None]).squeeze(1)
-    return Scored(index.long(), given, clean_probs.float().argmax(1), score, clean_probs.shape[1])
+    return Scored(index.long(), given, clean_probs.float().argmax(1), score)
 
 
 def ranking(score: Tensor, index: Tensor) -> Tensor:

@@ -206,6 +206,7 @@ def _cases(folder_run, digits_run, tmp_path: Path) -> list[tuple[list[str], str]
         ([str(run), "--top", "many"], "--top"),
         ([str(run), "--folds", "1", "--score", "posterior"], "--folds"),
         ([str(run), "--classes", "cow"], "--classes: unknown class 'cow'"),
+        ([str(run), "--classes", "cow", "--score", "posterior"], "--classes"),  # before training
         ([str(run), "--score", "weight"], "alpha 0"),
         ([str(run), "--score", "best"], "--score"),
         ([str(run), "--data.data_dir", str(tmp_path / "moved")], "no image folder dataset"),
@@ -227,6 +228,7 @@ def test_bad_input_ends_with_one_paragraph(folder_run, digits_run, tmp_path, cap
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("noisylabels: error:"), (args, err)
         assert named in lines[0], (args, lines[0])
+    assert not list(folder_run[0].glob("out_of_sample_k*.pt"))  # no case trained a model
 
 
 # ---------------------------------------------------------------------- the scores
@@ -246,7 +248,6 @@ def test_ranking_flags_and_quality() -> None:
         given=torch.tensor([0, 1, 1, 0]),
         predicted=torch.tensor([1, 1, 0, 0]),  # two disagree: two are flagged
         score=torch.tensor([0.5, 0.9, 0.5, 0.1]),
-        num_classes=2,
     )
     # descending score; the tie of 0.5 broken by the smaller dataset index (5 before 7)
     assert ranking(scored.score, scored.index).tolist() == [1, 2, 0, 3]
