@@ -197,7 +197,14 @@ def _scored(
     log: Callable[[str], None] | None,
 ) -> Scored:
     if score in DYNAMICS_SCORES:
-        return dynamics_scores(folder.dynamics(), score)
+        record = folder.dynamics()
+        recorded, trained = int(record["epochs"]), int(record.get("trained_epochs", 0))
+        if log is not None and recorded < trained:
+            log(
+                f"note: the per-sample record covers the last {recorded} of the run's {trained} "
+                "epochs (it was resumed from a checkpoint made before runs kept the record)"
+            )
+        return dynamics_scores(record, score)
     oos = out_of_sample(folder, folds, data_dir, log)
     labels = folder.noisy_labels[oos.index]
     return posterior_scores(oos.index, labels, oos.probs, oos.noisy_probs)

@@ -135,6 +135,24 @@ def test_synthetic_noise_is_measured_against_the_true_labels(digits_run) -> None
     assert sum(int(r["flagged"]) for r in rows) == issues.flagged
 
 
+def test_a_record_of_fewer_epochs_than_the_run_is_noted(digits_run, tmp_path: Path) -> None:
+    """A run resumed from a checkpoint made before runs kept the record has a shorter one."""
+    run = tmp_path / "resumed"
+    shutil.copytree(digits_run, run)
+    record = torch.load(run / "sample_dynamics.pt", weights_only=True)
+    record["epochs"] = 2
+    torch.save(record, run / "sample_dynamics.pt")
+    said: list[str] = []
+    audit(run, grid=False, log=said.append)
+    assert said == [
+        "note: the per-sample record covers the last 2 of the run's 6 epochs (it was resumed "
+        "from a checkpoint made before runs kept the record)"
+    ]
+    said.clear()
+    audit(digits_run, grid=False, log=said.append)
+    assert said == []
+
+
 def test_posterior_cross_validates_once(digits_run, monkeypatch: pytest.MonkeyPatch) -> None:
     from noisylabels.audit import issues as module
 
