@@ -188,7 +188,7 @@ def fit_and_audit(fit_args: Sequence[str], **options: Any) -> LabelIssues:
     return audit(run_dir(cli.trainer), **options)
 
 
-# ---------------------------------------------------------------------- helpers
+# ---------------------------------------------------------------------- the parts
 def _scored(
     folder: RunFolder,
     score: str,
