@@ -1,8 +1,9 @@
 """The ``noisylabels`` command: dispatch to its subcommands, and one-paragraph failures.
 
 ``noisylabels fit|validate|test|predict`` are Lightning's stages (:mod:`noisylabels.run.cli`);
-``plot``, ``sweep`` and ``report`` are the project's own (:mod:`noisylabels.report.plot`,
-:mod:`noisylabels.sweep.cli`, :mod:`noisylabels.report.cli`). Each subcommand's module is
+``plot``, ``sweep``, ``report`` and ``audit`` are the project's own
+(:mod:`noisylabels.report.plot`, :mod:`noisylabels.sweep.cli`, :mod:`noisylabels.report.cli`,
+:mod:`noisylabels.audit.cli`). Each subcommand's module is
 imported only when it runs, so ``noisylabels report`` starts without loading Lightning.
 
 User errors (:class:`~noisylabels.errors.NoisyLabelsError`) end the command with one paragraph
@@ -35,6 +36,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("noisylabels.sweep.cli:main", "run a grid of fits (locally or as a SLURM array)"),
     "report": ("noisylabels.report.cli:main", "tables of test accuracy over seeds from runs"),
     "plot": ("noisylabels.report.plot:main", "the paper's loss figures from runs"),
+    "audit": ("noisylabels.audit.cli:main", "rank a run's training labels by how likely wrong"),
 }
 
 

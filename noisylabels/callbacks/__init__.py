@@ -1,14 +1,23 @@
-"""Observers of a run: per-subset loss statistics, the transition-matrix monitor, the divergence
-stop and a line per epoch. They read what a training step hands out (its
+"""Observers of a run: per-subset loss statistics, every sample's training dynamics, the
+transition-matrix monitor, the divergence stop and a line per epoch. They read what a training
+step hands out (its
 :class:`~noisylabels.methods.core.step.StepOutput` records) and a method's public outputs (T̂),
 never a method's insides; what a run records on disk is :mod:`noisylabels.run`'s, but for the
 statistics' own ``subsets.csv`` in the run folder (:func:`~noisylabels.callbacks.folder.run_dir`).
 """
 
 from noisylabels.callbacks.divergence import DivergenceGuard
+from noisylabels.callbacks.dynamics import SampleDynamics
 from noisylabels.callbacks.epoch_log import EpochLog
 from noisylabels.callbacks.subsets import SubsetStatistics
 from noisylabels.callbacks.tail_test import TailTest
 from noisylabels.callbacks.transition_monitor import TransitionMonitor
 
-__all__ = ["DivergenceGuard", "EpochLog", "SubsetStatistics", "TailTest", "TransitionMonitor"]
+__all__ = [
+    "DivergenceGuard",
+    "EpochLog",
+    "SampleDynamics",
+    "SubsetStatistics",
+    "TailTest",
+    "TransitionMonitor",
+]

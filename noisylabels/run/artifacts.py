@@ -1,6 +1,8 @@
 """What a run writes about its noise: the exact noisy labels and T (``noise.pt``,
-``transition.csv``) at the start, the final T̂ and ε_T (``transition_estimate.csv``/``.json``) at
-the end, ``hp_metric``, and :func:`run_dir`, the folder of a run."""
+``transition.csv``) at the start, the final T̂ and ε_T (``transition_estimate.csv``/``.json``)
+and every training sample's record over the epochs (``sample_dynamics.pt``, what
+``noisylabels audit`` ranks labels by) at the end, ``hp_metric``, and :func:`run_dir`, the
+folder of a run."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from noisylabels.callbacks import SampleDynamics
 from noisylabels.callbacks.folder import run_dir
 from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
@@ -20,8 +23,16 @@ from noisylabels.run.storage import replacing, save_torch, write_json
 ESTIMATE_FILE = "transition_estimate.csv"
 ERROR_FILE = "transition_estimate.json"
 HP_METRIC = "hp_metric"  # the metric of TensorBoard's HParams tab
+DYNAMICS_FILE = "sample_dynamics.pt"
+DYNAMICS_VERSION = 1
 
-__all__ = ["NoiseRecorder", "log_hp_metric", "run_dir", "write_transition_estimate"]
+__all__ = [
+    "NoiseRecorder",
+    "log_hp_metric",
+    "run_dir",
+    "write_sample_dynamics",
+    "write_transition_estimate",
+]
 
 
 class NoiseRecorder(L.Callback):
@@ -86,3 +97,31 @@ def log_hp_metric(trainer: L.Trainer, test_acc: float | None) -> None:
         logger.save()
         if isinstance(logger, TensorBoardLogger):
             logger.experiment.flush()
+
+
+def write_sample_dynamics(out: Path, trainer: L.Trainer, model: Any) -> Path | None:
+    """Write the run's :class:`~noisylabels.callbacks.SampleDynamics` sums to
+    ``out/sample_dynamics.pt`` (tensors, numbers and strings only: it loads with
+    ``torch.load(weights_only=True)``), with the training labels, the training split, the
+    method's ``alpha`` and the run's epoch count; nothing where the trainer has no such callback
+    or it recorded nothing. Returns the path written."""
+    found = [c for c in trainer.callbacks if isinstance(c, SampleDynamics)]
+    record = found[0].record() if found else None
+    datamodule = trainer.datamodule
+    if record is None or not isinstance(datamodule, NoisyDataModule):
+        return None
+    facts = datamodule.data_facts()
+    record.update(
+        version=DYNAMICS_VERSION,
+        network=found[0].network,
+        num_classes=facts.num_classes,
+        noisy_labels=facts.noisy_labels.long().cpu(),
+        train_indices=facts.train_indices.long().cpu(),
+        alpha=float(getattr(model, "alpha", 0.0)),
+        method=str(getattr(model, "method_name", type(model).__name__)),
+        trained_epochs=int(trainer.current_epoch),
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / DYNAMICS_FILE
+    save_torch(record, path)
+    return path

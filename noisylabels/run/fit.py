@@ -33,12 +33,19 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, Checkpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from noisylabels.callbacks import DivergenceGuard, EpochLog, TailTest, TransitionMonitor
+from noisylabels.callbacks import (
+    DivergenceGuard,
+    EpochLog,
+    SampleDynamics,
+    TailTest,
+    TransitionMonitor,
+)
 from noisylabels.data import NoisyDataModule
 from noisylabels.run.artifacts import (
     NoiseRecorder,
     log_hp_metric,
     run_dir,
+    write_sample_dynamics,
     write_transition_estimate,
 )
 from noisylabels.run.checkpoints import LAST, LastCheckpoint, discard_failed_run, resume_history
@@ -71,14 +78,15 @@ def run_callbacks(
     trainer_options: dict[str, Any] | None = None,
 ) -> list[Callback]:
     """The callbacks of every run: the noise and its T (``noise.pt``, ``transition.csv``), T̂ and
-    ε_T, the stop on a NaN/Inf loss, a line per epoch where there is no progress bar,
-    ``checkpoints/last.ckpt`` to resume from (keeping ``trainer_options`` for the record of a
-    resume), and whatever the data module needs (e.g. a
-    skipped-image report); with ``tail_test_epochs``, the clean test accuracy of every network
-    over that many last epochs (:class:`TailTest`)."""
+    ε_T, every training sample's record over the epochs (``sample_dynamics.pt``), the stop on a
+    NaN/Inf loss, a line per epoch where there is no progress bar, ``checkpoints/last.ckpt`` to
+    resume from (keeping ``trainer_options`` for the record of a resume), and whatever the data
+    module needs (e.g. a skipped-image report); with ``tail_test_epochs``, the clean test
+    accuracy of every network over that many last epochs (:class:`TailTest`)."""
     callbacks: list[Callback] = [
         NoiseRecorder(),
         TransitionMonitor(),
+        SampleDynamics(),
         DivergenceGuard(),
         EpochLog(),
         LastCheckpoint(trainer_options),
@@ -125,8 +133,9 @@ def fit_and_test(
 ) -> dict[str, Any] | None:
     """Fit ``model`` on ``datamodule``, test the best checkpoint (by the trainer's checkpoint
     callback; the final model where there is none) and the last epoch's model on the clean test
-    set, and write ``results.json`` and the final T̂ to the run dir: ``noisylabels fit``'s run.
-    ``model`` may be any ``LightningModule`` that logs ``val/acc`` (and ``test/acc`` when tested).
+    set, and write ``results.json``, the final T̂ and the per-sample record
+    (``sample_dynamics.pt``) to the run dir: ``noisylabels fit``'s run. ``model`` may be any
+    ``LightningModule`` that logs ``val/acc`` (and ``test/acc`` when tested).
 
     Args:
         ckpt_path: checkpoint to resume the fit from (Lightning's ``ckpt_path``).
@@ -204,6 +213,7 @@ def fit_and_test(
                     if save_results:
                         folder = run_dir(trainer)
                         write_transition_estimate(folder, model)
+                        write_sample_dynamics(folder, trainer, model)
                         write_results(results, folder / RESULTS_FILE)
                 return results
             except (Exception, SIGTERMException, KeyboardInterrupt) as err:

@@ -35,6 +35,7 @@ METRICS = (
     "method", "alpha", "backbone", "dataset", "noise", "data", "seed", "epochs", "best_epoch",
     "monitor", "monitor_score", "val_acc", "test_acc", "t_estimation_error",
 )  # fmt: skip
+DYNAMICS = "sample_dynamics.pt"
 
 
 def run_cli_process(
@@ -79,6 +80,16 @@ def assert_same_run(uninterrupted: Path, resumed: Path) -> dict:
     assert final_a.keys() == final_b.keys()
     for name in final_a:
         assert torch.equal(final_a[name], final_b[name]), name
+    # and so does every sample's record over the epochs (what `noisylabels audit` ranks by)
+    (path_a,), (path_b,) = uninterrupted.rglob(DYNAMICS), resumed.rglob(DYNAMICS)
+    record_a = torch.load(path_a, weights_only=True)
+    record_b = torch.load(path_b, weights_only=True)
+    assert record_a.keys() == record_b.keys() and record_b["epochs"] == record_b["trained_epochs"]
+    for name, value in record_a.items():
+        if torch.is_tensor(value):
+            assert torch.equal(value, record_b[name]), name
+        else:
+            assert value == record_b[name], name
     return b
 
 

@@ -317,8 +317,9 @@ def test_training_steps_make_no_host_synchronization(
     cls: type[NoisyLabelMethod], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Steady-state training (data on the device, augmentation, the step, the step records,
-    SubsetStatistics, Lightning's loop and progress bar) reads nothing back to the host."""
-    from noisylabels.callbacks import SubsetStatistics
+    SubsetStatistics, SampleDynamics, Lightning's loop and progress bar) reads nothing back to
+    the host."""
+    from noisylabels.callbacks import SampleDynamics, SubsetStatistics
 
     L.seed_everything(0)
     dm = DigitsDataModule(batch_size=64, on_device=True)
@@ -333,7 +334,7 @@ def test_training_steps_make_no_host_synchronization(
         enable_checkpointing=False,
         enable_model_summary=False,
         accelerator="cpu",
-        callbacks=[spy, SubsetStatistics(), DivergenceGuard()],
+        callbacks=[spy, SubsetStatistics(), SampleDynamics(), DivergenceGuard()],
         default_root_dir=tmp_path,
     )
     trainer.fit(model, datamodule=dm)

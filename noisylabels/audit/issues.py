@@ -1,0 +1,328 @@
+"""Which training labels are wrong: rank a finished run's labels, write ``label_issues.csv`` and
+the grid of the most suspect ones (``label_issues.png``) in its folder.
+
+From Python::
+
+    from noisylabels.audit import audit
+    issues = audit("runs/quickstart/lightning_logs/version_0", top=16)
+    issues.rows[0]   # the most suspect label: rank, index, given/predicted label, score, ...
+
+:func:`fit_and_audit` trains a run first (the arguments of ``noisylabels fit``). The scores are
+:mod:`noisylabels.audit.scores`'; ``posterior`` trains ``folds`` models
+(:mod:`noisylabels.audit.crossval`) once and keeps their posteriors in the run folder
+(``out_of_sample_k{folds}.pt``) for the next audit.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from noisylabels.audit.crossval import OutOfSample, cross_validate
+from noisylabels.audit.gallery import draw_grid
+from noisylabels.audit.records import (
+    CONFIG_FILE,
+    RunFolder,
+    data_class,
+    data_module,
+    load_pt,
+    read_run,
+)
+from noisylabels.audit.scores import (
+    DEFAULT_SCORE,
+    DYNAMICS_SCORES,
+    SCORES,
+    Scored,
+    dynamics_scores,
+    flag_top,
+    posterior_scores,
+    quality,
+    ranking,
+)
+from noisylabels.data import ImageFileDataModule, NoisyDataModule
+from noisylabels.data.files import load_image
+from noisylabels.errors import InputError
+from noisylabels.run.artifacts import run_dir
+from noisylabels.run.cli import lightning_command
+
+CSV_FILE = "label_issues.csv"
+GRID_FILE = "label_issues.png"
+DEFAULT_TOP = 24
+DEFAULT_FOLDS = 5
+
+
+@dataclass
+class LabelIssues:
+    """An audit's outcome: the ranked ``rows`` (dicts with the CSV's columns), the files
+    written, and, where the true labels are known, the ``quality`` of the ranking against the
+    flipped labels (``precision``/``recall`` of the flagged set, ``auroc`` of the score)."""
+
+    run: Path
+    score: str
+    rows: list[dict[str, Any]]
+    csv_path: Path
+    grid_path: Path | None
+    quality: dict[str, Any] | None
+    flagged: int
+    classes: list[str] | None = None
+
+
+def check_top(top: Any) -> int:
+    """``--top``: a positive whole number."""
+    try:
+        value = int(str(top))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InputError(
+            f"--top must be a positive whole number (how many suspect labels to show), got {top!r}"
+        )
+    return value
+
+
+def parse_classes(classes: str | Sequence[str] | None, names: Sequence[str]) -> list[int] | None:
+    """``--classes``: class names or numbers (comma-separated, or a list) → class numbers."""
+    if classes is None:
+        return None
+    items = classes.split(",") if isinstance(classes, str) else list(classes)
+    items = [str(item).strip() for item in items if str(item).strip()]
+    if not items:
+        raise InputError("--classes needs at least one class name or number")
+    chosen: list[int] = []
+    for item in items:
+        if item in names:
+            chosen.append(list(names).index(item))
+        elif item.isdigit() and int(item) < len(names):
+            chosen.append(int(item))
+        else:
+            raise InputError(
+                f"--classes: unknown class {item!r}; the classes are {', '.join(names)} (names "
+                f"or numbers 0..{len(names) - 1})"
+            )
+    return sorted(set(chosen))
+
+
+def audit(
+    run: str | Path,
+    *,
+    score: str = DEFAULT_SCORE,
+    top: int = DEFAULT_TOP,
+    classes: str | Sequence[str] | None = None,
+    folds: int = DEFAULT_FOLDS,
+    data_dir: str | None = None,
+    grid: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> LabelIssues:
+    """Rank the training labels of the finished run ``run`` by ``score`` (see
+    :mod:`noisylabels.audit.scores`), most suspect first, and write ``label_issues.csv`` (every
+    audited label) and, with ``grid``, ``label_issues.png`` (the ``top`` most suspect) in the run
+    folder.
+
+    Args:
+        classes: audit only the labels given these classes (names or numbers).
+        folds: K of the cross-validation behind ``score="posterior"``.
+        data_dir: where the run's dataset is now (default: its config's ``data_dir``); the
+            images of the grid and the files of an image folder are read from there.
+    """
+    top = check_top(top)
+    if score not in SCORES:
+        raise InputError(f"--score must be one of {', '.join(SCORES)}, got {score!r}")
+    if score == "posterior" and folds < 2:
+        raise InputError(f"--folds must be at least 2 (K-fold cross-validation), got {folds}")
+    folder = read_run(run)
+    dm: NoisyDataModule | None = None
+    if grid or issubclass(data_class(folder), ImageFileDataModule):
+        dm = data_module(folder, data_dir)  # the images, or the files of the rows
+    names = _class_names(dm, folder.num_classes)
+    chosen = parse_classes(classes, names)  # before any cross-validation is trained
+    scored = _scored(folder, score, folds, data_dir, log)
+    flagged = flag_top(scored)
+    keep = torch.ones(len(scored.index), dtype=torch.bool)
+    if chosen is not None:
+        keep = torch.isin(scored.given, torch.tensor(chosen))
+    order = ranking(scored.score, scored.index)
+    order = order[keep[order]]
+    true = folder.clean_labels[scored.index] if folder.true_labels_known else None
+    rows = _rows(scored, flagged, order, true, names if _named(dm) else None, _files(dm))
+    result_quality = None
+    if true is not None:
+        known = keep & (true >= 0)
+        result_quality = quality(scored.score[known], flagged[known], (true != scored.given)[known])
+    csv_path = folder.path / CSV_FILE
+    write_csv(rows, csv_path)
+    grid_path = None
+    if grid and dm is not None and rows:
+        shown = rows[:top]
+        images = [_image(dm, int(row["index"])) for row in shown]
+        captions = [_caption(row) for row in shown]
+        title = f"{folder.path}: the {len(shown)} most suspect labels ({score})"
+        grid_path = draw_grid(images, captions, folder.path / GRID_FILE, title)
+    return LabelIssues(
+        run=folder.path,
+        score=score,
+        rows=rows,
+        csv_path=csv_path,
+        grid_path=grid_path,
+        quality=result_quality,
+        flagged=int(flagged[keep].sum()),
+        classes=None if chosen is None else [names[k] for k in chosen],
+    )
+
+
+def fit_and_audit(fit_args: Sequence[str], **options: Any) -> LabelIssues:
+    """Train a run with ``noisylabels fit`` and ``fit_args`` (e.g. ``["--config",
+    "configs/quickstart.yaml"]``), then :func:`audit` it with ``options``."""
+    cli = lightning_command(["fit", *fit_args])
+    results = getattr(cli, "results", None)
+    if results is None or cli.trainer.fast_dev_run:
+        raise InputError(
+            "the fit wrote no finished run to audit (a fast_dev_run, or not process 0 of a "
+            "multi-process run); audit the run folder once the fit has finished"
+        )
+    return audit(run_dir(cli.trainer), **options)
+
+
+# ---------------------------------------------------------------------- the parts
+def _scored(
+    folder: RunFolder,
+    score: str,
+    folds: int,
+    data_dir: str | None,
+    log: Callable[[str], None] | None,
+) -> Scored:
+    if score in DYNAMICS_SCORES:
+        record = folder.dynamics()
+        recorded, trained = int(record["epochs"]), int(record.get("trained_epochs", 0))
+        if log is not None and recorded < trained:
+            log(
+                f"note: the per-sample record covers the last {recorded} of the run's {trained} "
+                "epochs (it was resumed from a checkpoint made before runs kept the record)"
+            )
+        return dynamics_scores(record, score)
+    oos = out_of_sample(folder, folds, data_dir, log)
+    labels = folder.noisy_labels[oos.index]
+    return posterior_scores(oos.index, labels, oos.probs, oos.noisy_probs)
+
+
+def out_of_sample(
+    folder: RunFolder,
+    folds: int,
+    data_dir: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> OutOfSample:
+    """The run's K-fold out-of-sample posteriors: read from ``out_of_sample_k{folds}.pt`` in
+    the run folder where an earlier audit left them, else trained and saved there."""
+    if folds < 2:
+        raise InputError(f"--folds must be at least 2 (K-fold cross-validation), got {folds}")
+    path = folder.path / f"out_of_sample_k{folds}.pt"
+    if path.is_file():
+        state = load_pt(path)
+        if isinstance(state, dict) and torch.equal(
+            state.get("index", torch.zeros(0)).long(), folder.train_indices
+        ):
+            return OutOfSample(
+                state["index"].long(),
+                state["probs"].float(),
+                state["noisy_probs"].float(),
+                int(state["folds"]),
+                int(state["seed"]),
+                float(state["seconds"]),
+            )
+    if log is not None:
+        log(f"training {folds} models on {folds - 1}/{folds} of the training split each")
+    oos = cross_validate(folder.path / CONFIG_FILE, folds, folder.seed, data_dir, log)
+    if not torch.equal(oos.index, folder.train_indices):
+        raise InputError(
+            f"the config of {folder.path} now gives another training split than the run's; "
+            "point --data.data_dir at the run's data"
+        )
+    torch.save(oos.state(), path)
+    return oos
+
+
+def _class_names(dm: NoisyDataModule | None, num_classes: int) -> list[str]:
+    names = None
+    if dm is not None and dm.data is not None:
+        names = dm.data.extra.get("class_names")
+    if names and len(names) == num_classes:
+        return [str(name) for name in names]
+    return [str(k) for k in range(num_classes)]
+
+
+def _named(dm: NoisyDataModule | None) -> bool:
+    return dm is not None and dm.data is not None and bool(dm.data.extra.get("class_names"))
+
+
+def _files(dm: NoisyDataModule | None) -> Callable[[int], str] | None:
+    """The file of a training sample, for file-backed datasets."""
+    if not isinstance(dm, ImageFileDataModule) or dm.data is None:
+        return None
+    keys, root = dm.data.train_images, dm.data_dir
+    return lambda i: str(root / keys[i].decode("utf-8"))
+
+
+def _rows(
+    scored: Scored,
+    flagged: Tensor,
+    order: Tensor,
+    true: Tensor | None,
+    names: list[str] | None,
+    files: Callable[[int], str] | None,
+) -> list[dict[str, Any]]:
+    rows = []
+    for rank, k in enumerate(order.tolist(), start=1):
+        i = int(scored.index[k])
+        row: dict[str, Any] = {"rank": rank, "index": i}
+        if files is not None:
+            row["file"] = files(i)
+        row["given_label"] = int(scored.given[k])
+        row["predicted_label"] = int(scored.predicted[k])
+        if names is not None:
+            row["given_class"] = names[row["given_label"]]
+            row["predicted_class"] = names[row["predicted_label"]]
+        row["score"] = round(float(scored.score[k]), 6)
+        row["flagged"] = int(flagged[k])
+        if true is not None:
+            row["true_label"] = int(true[k]) if int(true[k]) >= 0 else ""
+        rows.append(row)
+    return rows
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    """The ranked rows as CSV (a header line even for no rows)."""
+    columns = list(rows[0]) if rows else ["rank", "index", "given_label", "predicted_label"]
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _caption(row: dict[str, Any]) -> str:
+    """A grid image's caption: its rank, file name (or dataset index), given and predicted."""
+    what = Path(row["file"]).name if "file" in row else f"idx {row['index']}"
+    return f"#{row['rank']} {what}\ngiven {_name(row, 'given')} · pred {_name(row, 'predicted')}"
+
+
+def _name(row: dict[str, Any], which: str) -> str:
+    return str(row.get(f"{which}_class", row[f"{which}_label"]))
+
+
+def _image(dm: NoisyDataModule, index: int) -> Tensor | None:
+    """Training image ``index`` as uint8 ``(C, H, W)`` (a file: as the network sees it);
+    ``None`` where the file cannot be read."""
+    assert dm.data is not None
+    images = dm.data.train_images
+    if isinstance(dm, ImageFileDataModule):
+        path = dm.data_dir / images[index].decode("utf-8")
+        try:
+            return load_image(path, dm.image_size, dm.resize_size, train=False)
+        except Exception:  # an unreadable file is shown as such, as training skips it
+            return None
+    return torch.as_tensor(images[index])
