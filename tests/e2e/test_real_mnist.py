@@ -21,6 +21,8 @@ def test_one_epoch_forward_vrnl_sym20_beats_95(run_cli, tmp_path: Path) -> None:
         "fit",
         "--config",
         str(CONFIGS / "mnist_forward_vrnl.yaml"),
+        "--config",
+        str(CONFIGS / "protocol" / "true_t.yaml"),
         "--data.data_dir",
         str(DATA),
         "--data.noise_type",
@@ -46,6 +48,7 @@ def test_compiled_run_reaches_the_eager_runs_accuracy(run_cli, tmp_path: Path) -
     for compile in ("false", "true"):
         run_cli(
             *("fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml")),
+            *("--config", str(CONFIGS / "protocol" / "true_t.yaml")),
             *("--data.data_dir", str(DATA), "--trainer.max_epochs", "5"),
             *("--trainer.accelerator", "cpu", "--model.compile", compile),
             root=tmp_path / compile,
