@@ -27,6 +27,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from noisylabels.errors import InputError
 from noisylabels.methods.core import optim
 from noisylabels.methods.core.acceleration import Acceleration
+from noisylabels.methods.core.distributed import drop_gradients, with_zero_gradients, world
 from noisylabels.methods.core.evaluation import split_logits
 from noisylabels.methods.core.staged import StagedModule
 from noisylabels.methods.core.stages import StageSchedule
@@ -81,12 +82,11 @@ class NoisyLabelMethod(StagedModule):
         channels_last: run convolutional backbones in channels-last memory format; ``auto``:
             on CUDA (where it pays with mixed precision), not on the CPU.
         compile: ``torch.compile`` the networks, the per-sample loss and the VRNL arithmetic
-            for training and evaluation (see :mod:`noisylabels.methods.core.acceleration`):
-            ``auto`` (on CUDA with CUDA graphs, mode ``reduce-overhead``; not on the CPU,
-            where it does not pay), ``true`` (also on the CPU), ``false``, or a mode:
-            ``default``, ``reduce-overhead``, ``max-autotune``, ``max-autotune-no-cudagraphs``.
-        compile_backend: ``torch.compile`` backend (``inductor``; ``aot_eager`` compiles in
-            seconds without generating code, for checking a method under compilation).
+            (see :mod:`noisylabels.methods.core.acceleration`): ``auto`` (eager until the GPU
+            check has passed on a GPU), ``true`` (with CUDA graphs on CUDA), ``false``, or a
+            mode (``default``, ``reduce-overhead``, ...); a failed compile warns, runs eagerly.
+        compile_backend: ``torch.compile`` backend: ``inductor``, ``aot_eager`` (compiles in
+            seconds, no code generated: to check a method), ``cudagraphs`` (CUDA only), ...
     """
 
     abstract = True  # a base of methods, not one itself (see methods.core.registry)
@@ -307,6 +307,8 @@ class NoisyLabelMethod(StagedModule):
         optimizer); return ``{"loss", "steps"}`` with this batch's :class:`StepOutput` records."""
         self._steps = []
         loss = self.training_objective(batch)
+        if world()[0] > 1:  # DDP's reducer expects a gradient of every parameter
+            loss = with_zero_gradients(loss, self.unused_parameters())
         if not self.automatic_optimization:
             count = len(self.trainer.optimizers)
             optim.manual_step(self, loss, self.active_optimizers(count))
@@ -318,6 +320,18 @@ class NoisyLabelMethod(StagedModule):
         self.resolve_acceleration(device, getattr(self.trainer, "world_size", 1))
         if stage == "fit":
             self.check_stages_fit()
+            self.speed.check_accumulation(getattr(self.trainer, "accumulate_grad_batches", 1))
+
+    def on_fit_start(self) -> None:
+        self.speed.leave_collectives_eager(self.networks)  # after DDP's SyncBatchNorm swap
+
+    def unused_parameters(self) -> list[nn.Parameter]:
+        """Parameters the current stage's objective does not reach (a T learned in a later
+        stage): under DDP a zero gradient, dropped after the backward (see ``distributed``)."""
+        return []
+
+    def on_after_backward(self) -> None:
+        drop_gradients(self.unused_parameters() if world()[0] > 1 else [])
 
     def on_train_start(self) -> None:
         self.maybe_start_main_stage()
@@ -338,19 +352,11 @@ class NoisyLabelMethod(StagedModule):
         if not self.automatic_optimization:
             optim.step_schedulers(self)
 
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, *args: Any) -> None:
+        """A CUDA-graph step boundary before every batch (training and evaluation alike)."""
         self.speed.begin_step()
 
-    def on_validation_batch_start(
-        self, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self.speed.begin_step()
-
-    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.speed.begin_step()
-
-    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.speed.begin_step()
+    on_validation_batch_start = on_test_batch_start = on_predict_batch_start = on_train_batch_start
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """Validation: the stage's loss, and the accuracy of ``noisy_posterior(p)`` against
@@ -386,11 +392,7 @@ class NoisyLabelMethod(StagedModule):
         return F.softmax(self(batch["image"]).float(), dim=1)
 
     def training_split_logits(
-        self,
-        limit: int | float | None = None,
-        rank: int = 0,
-        world_size: int = 1,
-        split: str = "train",
+        self, limit: float | None = None, rank: int = 0, world_size: int = 1, split: str = "train"
     ) -> Iterator[tuple[dict[str, Tensor], Tensor]]:
         """``(batch, logits)`` of network 0 over the training split (see
         :func:`~noisylabels.methods.core.evaluation.split_logits`)."""
