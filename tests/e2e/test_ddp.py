@@ -40,6 +40,7 @@ from noisylabels.noise import symmetric_transition
 
 from conftest import CONFIGS, REPO, make_image_folder, make_mnist, read_results
 
+HERE = Path(__file__).resolve().parent
 WORLD = 2
 ALPHA = 0.3
 SIZES = (7, 5)  # uneven per-process batches of one global batch of 12
@@ -458,8 +459,8 @@ def test_cli_fit_with_two_cpu_processes(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
-            [str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
-        ),  # this checkout's package, whatever the installed command points at
+            [str(REPO), str(REPO / "tests"), str(HERE), os.environ.get("PYTHONPATH", "")]
+        ),  # this checkout's package, whatever the installed command points at; test_ddp
     }
     args = [
         str(cli),

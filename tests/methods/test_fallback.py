@@ -144,6 +144,25 @@ def test_the_recompile_limit_falls_back_to_eager_instead_of_silently() -> None:
     assert speed.mode is None and "Recompile" in speed.failure
 
 
+class _Scaler:
+    def loss(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        return x * k
+
+
+def test_earlier_runs_graphs_do_not_count_against_a_new_run() -> None:
+    """Many runs in one process (a session, a test suite), each with graphs of its own (here
+    another constant each): every run's compiled functions get their own recompile limit, so
+    none falls back to eager."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(RECOMPILE_LIMIT + 4):
+            speed = Acceleration(True, "eager", False)
+            loss = speed.resolve(CPU, [], _Scaler().loss, collective=False, name="Probe")
+            assert torch.equal(loss(torch.ones(2), k), torch.full((2,), float(k)))
+            out = speed.vrnl_fn(torch.ones(3), 0.01 * k, "global")
+            assert float(out.objective) == 1.0 and speed.mode == "default"
+
+
 def test_an_error_of_the_function_itself_is_raised_not_hidden() -> None:
     """A call that fails eagerly too is a bug of the run, not of a speed option: its error
     propagates and compiling stays on."""

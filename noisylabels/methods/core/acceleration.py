@@ -30,7 +30,9 @@ warns once, naming the option, and continues eagerly from the same state
 
 from __future__ import annotations
 
+import functools
 import os
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -202,9 +204,10 @@ class Acceleration:
             self.compile_network(net)
         if self.compile_kwargs is None:
             return stage_loss
-        compiled = self.guard(torch.compile(stage_loss, **self.compile_kwargs), stage_loss)
+        compiled = torch.compile(_own_code(stage_loss), **self.compile_kwargs)
+        compiled = self.guard(compiled, stage_loss)
         if not collective:  # the all-reduce of a global variance stays outside the graph
-            vrnl = torch.compile(vrnl_objective, **self.compile_kwargs)
+            vrnl = torch.compile(_own_code(vrnl_objective), **self.compile_kwargs)
             self.vrnl_fn = self.guard(vrnl, vrnl_objective)
         config = torch._dynamo.config
         limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
@@ -320,6 +323,20 @@ class Acceleration:
         overwritten); nothing without them."""
         if self.cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
+
+
+def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function (or bound method) ``fn`` with a code object of its own. Dynamo keeps a
+    function's graphs, and counts them against the recompile limit, per code object (a method's
+    for every object of its class): a copy per run keeps one run's graphs from counting against
+    another's in the same process (several runs in one session, a test suite)."""
+    if isinstance(fn, types.MethodType):
+        return types.MethodType(_own_code(fn.__func__), fn.__self__)
+    copy = types.FunctionType(
+        fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return functools.update_wrapper(copy, fn)
 
 
 def _describe(error: BaseException) -> str:
