@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_INDEX ?=
 
-.PHONY: demo test lint format clean
+.PHONY: demo test lint format clean gpu-check
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,16 @@ demo: $(STAMP)
 # process is faster than two, and two processes use both cores of a small machine
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not slow" -q -n 2 --dist worksteal
+
+# the GPU acceptance check (benchmarks/gpu_check.py): on a CUDA GPU at most 8 minutes and one
+# table, also written to runs/gpu-check.json (or GPU_CHECK_JSON=file.json); without CUDA a dry
+# run that lists its steps. DATA=folder holding MNIST/raw adds the MNIST step. It runs with
+# .venv's python where there is one, else with python3 as it is (a GPU machine with the
+# dependencies and no network).
+GPU_PYTHON = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+GPU_CHECK_ARGS = $(if $(DATA),--data-dir $(DATA)) $(if $(GPU_CHECK_JSON),--out $(GPU_CHECK_JSON))
+gpu-check:
+	$(GPU_PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -59,10 +59,11 @@ REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]  # ``gpu_throughput.StepTimer``; this checkout's package
 sys.modules.setdefault("gpu_throughput", sys.modules[__name__])  # the CLI finds this module
 
-from noisylabels.cli import make_cli, run  # noqa: E402
+from noisylabels.cli import run  # noqa: E402
 from noisylabels.data import NoisyDataModule  # noqa: E402
 from noisylabels.methods import NoisyLabelMethod, VolMinNet, vrnl_objective  # noqa: E402
 from noisylabels.methods.core.losses import forward_loss  # noqa: E402
+from noisylabels.run.cli import make_cli  # noqa: E402
 
 WORKLOADS = {  # name: (preset, dataset)
     "cifar10-resnet18": ("cifar10_forward_vrnl.yaml", "cifar10"),
@@ -372,6 +373,7 @@ def main(argv: list[str] | None = None) -> None:
         default=torch.get_num_threads(),
         help="CPU threads of each process (1 gives steadier CPU figures)",
     )
+    parser.add_argument("--json", help="also write the figures to this JSON file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -402,6 +404,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             parser.error(f"no {dataset} under --data-dir {args.data_dir}; pass --fake-data")
     kinds = {d: "real" if path == args.data_dir else "fake" for d, path in dirs.items()}
+    figures: dict[str, Any] = {}
     print("data: " + ", ".join(f"{d} {kind}" for d, kind in sorted(kinds.items())))
     for workload in args.only:
         preset, data = WORKLOADS[workload][0], dirs[WORKLOADS[workload][1]]
@@ -423,6 +426,13 @@ def main(argv: list[str] | None = None) -> None:
         for result in rows.values():
             result["images_per_s"] = statistics.median(result["rates"] or [float("nan")])
         report(workload, rows)
+        figures[workload] = {
+            row: {key: r.get(key) for key in ("images_per_s", "first_step_s", "error")}
+            for row, r in rows.items()
+        }
+        figures[workload]["app as shipped"]["sync_checked"] = rows["app as shipped"].get("checked")
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=2))
     if args.parallel:
         print("\nconcurrent MNIST LeNet-5 runs (as shipped) on one device:")
         for n in (int(v) for v in args.parallel.split(",")):

@@ -19,6 +19,16 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the tests marked ``cuda`` where there is no CUDA GPU."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (pytest -m cuda, make gpu-check)")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 def preset_params(presets: list[Path]) -> list[Any]:
     """``presets`` as test parameters for end-to-end runs of every preset: in the default run
     every MNIST preset (each method group once), each dataset's CE preset (each data group once)

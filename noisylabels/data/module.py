@@ -264,6 +264,7 @@ class NoisyDataModule(L.LightningDataModule):
             clean_labels=self.data.train_clean,
             train_indices=self.train_indices,
             eval_batches=self.train_eval_batches,
+            batch_size=self.batch_size,
         )
 
     def noise_info(self) -> dict[str, Any]:

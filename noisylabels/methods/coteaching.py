@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from noisylabels.methods.selection import SmallLossMethod, small_loss_mask
+from noisylabels.methods.selection import SmallLossMethod
 
 
 class CoTeaching(SmallLossMethod):
@@ -24,6 +24,5 @@ class CoTeaching(SmallLossMethod):
 
     def select(self, losses: list[Tensor], logits: list[Tensor]) -> list[Tensor]:
         """Network 0 trains on network 1's small-loss samples, network 1 on network 0's."""
-        keep = self.keep_count(len(losses[0]))
-        mine = [small_loss_mask(l, keep) for l in losses]
+        mine = self.small_loss_masks(losses)
         return [mine[1], mine[0]]

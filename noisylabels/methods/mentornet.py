@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from noisylabels.methods.selection import SmallLossMethod, small_loss_mask
+from noisylabels.methods.selection import SmallLossMethod
 
 
 class MentorNet(SmallLossMethod):
@@ -24,5 +24,4 @@ class MentorNet(SmallLossMethod):
 
     def select(self, losses: list[Tensor], logits: list[Tensor]) -> list[Tensor]:
         """Each network trains on the samples with its own smallest losses."""
-        keep = self.keep_count(len(losses[0]))
-        return [small_loss_mask(l, keep) for l in losses]
+        return self.small_loss_masks(losses)

@@ -141,6 +141,10 @@ class PTD(NoisyLabelMethod):
         beta = importance_weights(probs, self.noisy_posterior(probs, batch.get("index")), labels)
         return beta * F.cross_entropy(logits, labels, reduction="none")
 
+    def unused_parameters(self) -> list[nn.Parameter]:
+        """ΔT (where there is a revision stage) before the revision stage."""
+        return [self.delta] if self.has_revision_stage and not self.in_revision else []
+
     def on_revision_start(self) -> None:
         """The revision starts from ΔT = 0 (the reference's)."""
         with torch.no_grad():

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from noisylabels.errors import InputError
 from noisylabels.methods.core.base import NoisyLabelMethod
+from noisylabels.methods.core.distributed import gather_batch, own_part, world
 from noisylabels.methods.core.losses import cross_entropy
 from noisylabels.methods.transition import estimate_from_model
 
@@ -175,6 +176,28 @@ class SmallLossMethod(TwoNetworkMethod):
     def keep_count(self, batch_size: int) -> int:
         """How many samples of a batch a network keeps: ``int((1 - tau_t) B)``, at least 1."""
         return max(1, int((1.0 - self.current_forget_rate) * batch_size))
+
+    def small_loss_masks(self, losses: list[Tensor]) -> list[Tensor]:
+        """For each network's (detached) losses, the mask of the :meth:`keep_count` samples of
+        the batch with the smallest ones. Under DDP the batch is the global one, as one process
+        with the global batch selects (:func:`~noisylabels.methods.core.distributed.gather_batch`;
+        ties go to the earlier sample of the global batch); each process gets its own part."""
+        if world()[0] == 1:
+            keep = self.keep_count(len(losses[0]))
+            return [small_loss_mask(l, keep) for l in losses]
+        facts = self.data_facts()
+        n, capacity = len(losses[0]), None if facts is None else facts.batch_size
+        values, valid = gather_batch(torch.stack(losses), capacity)
+        # keep_count of the global batch size, on the device: floor((1 - tau_t) B), at least 1
+        total = valid.sum().to(torch.float64)
+        keep = torch.floor(total * (1.0 - self.current_forget_rate)).clamp_min(1.0)
+        masks = []
+        for row in torch.where(valid, values, torch.inf):
+            order = torch.argsort(row, stable=True)
+            place = torch.empty_like(order)
+            place[order] = torch.arange(len(order), device=order.device)
+            masks.append(own_part(place < keep, n))
+        return masks
 
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()

@@ -103,6 +103,10 @@ class TRevision(Reweight):
             detached = self.revision_loss(logits, batch["label"], T.detach())
         return self.vrnl(losses, logits, batch, variance_losses=detached)
 
+    def unused_parameters(self) -> list[nn.Parameter]:
+        """ΔT, in the warm-up and in a reweighting stage before the revision stage."""
+        return [self.delta] if self.in_warmup or not self.revises else []
+
     def on_revision_start(self) -> None:
         """The revision starts from ΔT = 0 (the reference's)."""
         with torch.no_grad():

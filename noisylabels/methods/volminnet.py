@@ -97,6 +97,10 @@ class VolMinNet(NoisyLabelMethod):
         )
         return self.vrnl(losses, logits, batch, variance_losses=detached, extra=self.volume_term())
 
+    def unused_parameters(self) -> list[nn.Parameter]:
+        """T's parameters ``W`` in a warm-up (plain cross-entropy)."""
+        return [self.W] if self.in_warmup else []
+
     def volume_term(self) -> Tensor:
         """``lam · log|det T|`` of the current T: minimizing it shrinks the volume of T."""
         return self.hparams.lam * torch.linalg.slogdet(self.transition()).logabsdet

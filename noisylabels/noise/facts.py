@@ -44,6 +44,8 @@ class DataFacts:
         train_indices: dataset indices of the training split.
         eval_batches: the training (or noisy-validation) split's batches without augmentation
             (see :data:`EvalBatches`).
+        batch_size: the most samples a training batch of one process holds (the per-process
+            batch size); ``None`` where unknown.
     """
 
     num_classes: int
@@ -55,6 +57,7 @@ class DataFacts:
     clean_labels: Tensor
     train_indices: Tensor
     eval_batches: EvalBatches
+    batch_size: int | None = None
 
     @property
     def num_samples(self) -> int:

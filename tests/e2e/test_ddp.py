@@ -33,11 +33,14 @@ from torch.utils.data import DistributedSampler
 
 from noisylabels.data import ImageFolderDataModule, MNISTDataModule
 from noisylabels.data.samplers import ShardSampler, usable_length
-from noisylabels.methods import Forward, vrnl_objective
+from noisylabels.methods import CoTeaching, Forward, vrnl_objective
+from noisylabels.methods.core.distributed import gather_batch
+from noisylabels.methods.selection import small_loss_mask
 from noisylabels.noise import symmetric_transition
 
 from conftest import CONFIGS, REPO, make_image_folder, make_mnist, read_results
 
+HERE = Path(__file__).resolve().parent
 WORLD = 2
 ALPHA = 0.3
 SIZES = (7, 5)  # uneven per-process batches of one global batch of 12
@@ -186,6 +189,22 @@ def _check_skips(rank: int, image_dir: str) -> dict[str, Any]:
     return {"seen": seen, "local": local, "merged": dm.data_info()["skipped_images"]["test"]}
 
 
+SELECTION_LOSSES = [0.5, 0.1, 0.7, 0.1, 0.3, 0.9, 0.2]  # a global batch of 7, with a tie
+FORGET_RATE = 0.4  # keep int(0.6 * 7) = 4 of the global batch (not 2 + 1 of the halves)
+
+
+def _check_selection(rank: int) -> dict[str, Any]:
+    """Co-teaching's small-loss masks of this process's share (positions rank, rank + 2, ... of
+    the global batch, as ShardSampler gives them), with the per-process batch size known (no
+    host synchronization) and asked for."""
+    losses = torch.tensor(SELECTION_LOSSES)[rank::WORLD]
+    model = CoTeaching(backbone="mlp", input_shape=(1, 8, 8), forget_rate=FORGET_RATE)
+    model.current_forget_rate = FORGET_RATE
+    masks = model.small_loss_masks([losses, -losses])  # facts unknown: the size is asked for
+    values, valid = gather_batch(torch.stack([losses]), capacity=5)
+    return {"masks": masks, "values": values, "valid": valid}
+
+
 def _worker(rank: int, port: int, out_dir: str, data_dir: str, image_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -203,6 +222,7 @@ def _worker(rank: int, port: int, out_dir: str, data_dir: str, image_dir: str) -
                 "steps": _check_steps(rank),
                 "data": _check_data(rank, data_dir),
                 "skips": _check_skips(rank, image_dir),
+                "selection": _check_selection(rank),
             }
         torch.save(results, Path(out_dir) / f"rank{rank}.pt")
     finally:
@@ -280,6 +300,26 @@ def test_epoch_statistics_stay_per_process_under_ddp(ranks) -> None:
     """DDP broadcasts rank 0's buffers before every forward; the epoch sums must not be one."""
     for r, res in enumerate(ranks):
         assert res["steps"]["global_epoch_count"] == 2 * SIZES[r]
+
+
+def test_small_loss_selection_is_over_the_global_batch(ranks) -> None:
+    """Co-teaching under DDP keeps the samples one process with the global batch keeps (the
+    global batch's int((1 - τ) B) smallest losses, ties to the earlier sample), each process
+    its own part of that mask."""
+    global_losses = torch.tensor(SELECTION_LOSSES)
+    keep = int((1.0 - FORGET_RATE) * len(global_losses))
+    for network, losses in enumerate((global_losses, -global_losses)):
+        expected = small_loss_mask(losses, keep)
+        got = torch.zeros_like(expected)
+        for rank, res in enumerate(ranks):
+            got[rank::WORLD] = res["selection"]["masks"][network]
+        assert torch.equal(got, expected), network
+    assert small_loss_mask(global_losses, keep).tolist() == [0, 1, 0, 1, 1, 0, 1]
+    # the gathered batch: the global order, padding (to 2 x 5) last
+    values, valid = ranks[0]["selection"]["values"], ranks[0]["selection"]["valid"]
+    assert valid.tolist() == [True] * 7 + [False] * 3
+    assert values[0, :7].tolist() == pytest.approx(SELECTION_LOSSES)
+    assert torch.equal(ranks[1]["selection"]["values"], values)
 
 
 # ---------------------------------------------------------------- (b) noise on every rank
@@ -419,8 +459,8 @@ def test_cli_fit_with_two_cpu_processes(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
-            [str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]
-        ),  # this checkout's package, whatever the installed command points at
+            [str(REPO), str(REPO / "tests"), str(HERE), os.environ.get("PYTHONPATH", "")]
+        ),  # this checkout's package, whatever the installed command points at; test_ddp
     }
     args = [
         str(cli),

@@ -20,6 +20,7 @@ from torch import Tensor
 from noisylabels.callbacks import DivergenceGuard
 from noisylabels.data import DigitsDataModule
 from noisylabels.methods import CE, CoTeaching, Forward, NoisyLabelMethod, Reweight, VolMinNet
+from noisylabels.methods.core import acceleration
 from noisylabels.methods.core.acceleration import resolve_channels_last, resolve_compile
 from noisylabels.run.cli import auto_precision
 
@@ -180,9 +181,15 @@ def test_compiled_networks_survive_in_place_loads() -> None:
     torch.testing.assert_close(model.network_logits(images, 2), plain(images))
 
 
-def test_auto_resolves_by_device() -> None:
+def test_auto_resolves_by_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` compiles nowhere until the GPU check has passed on a GPU (then: CUDA graphs on
+    CUDA); ``true`` compiles, with CUDA graphs on CUDA."""
     assert resolve_compile("auto", CPU) is None
+    assert resolve_compile("auto", CUDA) is None
+    monkeypatch.setattr(acceleration, "AUTO_COMPILES_ON_CUDA", True)
     assert resolve_compile("auto", CUDA) == "reduce-overhead"
+    assert resolve_compile("auto", CPU) is None
+    assert resolve_compile(True, CUDA) == "reduce-overhead"
     assert resolve_compile(True, CPU) == "default"
     assert resolve_compile(False, CUDA) is None
     assert resolve_compile("max-autotune", CPU) == "max-autotune"
@@ -379,7 +386,7 @@ def test_auto_precision_is_bf16_on_cuda_only(monkeypatch: pytest.MonkeyPatch) ->
 
 
 # ---------------------------------------------------------------- GPU and long checks
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 @pytest.mark.parametrize("name", ["Forward-true", "VolMinNet"])
 def test_cuda_graph_steps_equal_eager_and_never_synchronize(name: str) -> None:
     """On a GPU: compiled with CUDA graphs (inductor, reduce-overhead), the step equals the

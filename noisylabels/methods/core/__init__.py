@@ -1,6 +1,6 @@
 """The machinery every method shares, none of it a method: the base LightningModule, the VRNL
 objective, the typed step record, the stage schedule, optimization, networks, acceleration,
-losses and the method registry."""
+what DDP needs beyond Lightning (distributed), losses and the method registry."""
 
 from noisylabels.methods.core.base import NoisyLabelMethod
 from noisylabels.methods.core.registry import describe_methods, registry

@@ -2,30 +2,45 @@
 arithmetic, CUDA graphs, and the channels-last memory format.
 
 Every network of the method (``self.networks``: ``self.net`` and those of ``add_network``) is, once
-the run's device is known (the method's ``setup``), compiled in place (``nn.Module.compile``: the
-state-dict keys, checkpoints and optimizers are unchanged) for training and evaluation; a network
-added later is compiled as it is added. Weights are replaced in place (``load_state_dict``, as
-``warmup_model: best`` and ``main_stage_init: reinit/restart`` do), so the compiled modules and
-their graphs stay valid. The base's per-sample loss of the current stage and the VRNL arithmetic are
-compiled as functions.
+the run's device is known (the method's ``setup``), compiled in place (as ``nn.Module.compile``
+does: the state-dict keys, checkpoints and optimizers are unchanged) for training and evaluation;
+a network added later is compiled as it is added. Weights are replaced in place
+(``load_state_dict``, as ``warmup_model: best`` and ``main_stage_init: reinit/restart`` do), so
+the compiled modules and their graphs stay valid. The base's per-sample loss of the current stage
+and the VRNL arithmetic are compiled as functions.
 
-``auto`` settings resolve by device: on CUDA, compile with CUDA graphs (mode ``reduce-overhead``)
-and channels-last; elsewhere (CPU) neither, since compiling does not pay there (see the README's
-speed section for the measurements). Under CUDA graphs the outputs of one step are overwritten by
+Graphs are static (``dynamic=False``): a Python number such as α is a constant of its graph (a
+stage change that changes it compiles once more, never turning it into a host tensor input), and
+the smaller last batch of an epoch gets a graph of its own instead of switching every later batch
+to symbolic shapes.
+
+``auto`` settings resolve by device: channels-last on CUDA; compiling stays off on every device
+until ``make gpu-check`` has passed on a GPU (:data:`AUTO_COMPILES_ON_CUDA`; ``compile: true``
+compiles, with CUDA graphs on CUDA). Under CUDA graphs the outputs of one step are overwritten by
 the next replay, so whatever a step keeps beyond itself (its
 :class:`~noisylabels.methods.core.step.StepOutput` records, which callbacks hold for the whole
-epoch) is copied out with :meth:`Acceleration.keep`. :class:`Acceleration` holds these settings for
-one method.
+epoch) is copied out with :meth:`Acceleration.keep`.
+
+A speed option never kills a run: every compiled callable is guarded. If a compiled call raises
+(compiling or capturing failed, the recompile limit was hit) and the same call succeeds eagerly,
+or the compiled functions break their graphs more than :data:`GRAPH_BREAK_LIMIT` times, the run
+warns once, naming the option, and continues eagerly from the same state
+(:meth:`Acceleration.fall_back`). :class:`Acceleration` holds these settings for one method.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import types
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch._dynamo
+import torch._dynamo.utils
+import torch._functorch.config
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
@@ -35,25 +50,35 @@ from noisylabels.methods.core.vrnl import vrnl_objective
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 """``torch.compile`` modes (of the ``inductor`` backend) that ``compile`` may name."""
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+CUDAGRAPH_BACKEND = "cudagraphs"
+"""Dynamo's backend that records CUDA graphs without generating code."""
 CUDA_MODE = "reduce-overhead"
-"""The mode ``compile: auto`` and ``compile: true`` use on CUDA."""
+"""The mode ``compile: true`` uses on CUDA."""
 AUTO = "auto"
+AUTO_COMPILES_ON_CUDA = False
+"""Whether ``compile: auto`` compiles (with :data:`CUDA_MODE`) on CUDA. Off until a run of
+``make gpu-check`` on a GPU has passed: a default must have run where it is the default."""
 RECOMPILE_LIMIT = 16
 """Graphs per compiled function a run may make (train/evaluation x full/last batch size x
-stage, each at most once): Dynamo's own default (8) is just reached by a two-stage method."""
+stage, each at most once): Dynamo's own default (8) is just reached by a two-stage method.
+Beyond it the run continues eagerly (:meth:`Acceleration.fall_back`)."""
+GRAPH_BREAK_LIMIT = 16
+"""Graph breaks in the compiled functions beyond which compiling is given up as a loss: the
+project's own functions have none."""
 
 
 def resolve_compile(value: bool | str, device: torch.device) -> str | None:
     """The compile mode of option value ``value`` on ``device``, or ``None`` (eager).
 
-    ``auto``: :data:`CUDA_MODE` on CUDA, eager elsewhere; ``true``: :data:`CUDA_MODE` on CUDA,
-    ``default`` elsewhere; ``false``: eager; a mode of :data:`COMPILE_MODES`: that mode."""
+    ``auto``: eager (on CUDA :data:`CUDA_MODE` once :data:`AUTO_COMPILES_ON_CUDA`); ``true``:
+    :data:`CUDA_MODE` on CUDA, ``default`` elsewhere; ``false``: eager; a mode of
+    :data:`COMPILE_MODES`: that mode."""
     if value is False:
         return None
-    if value is True or value == AUTO:
-        if device.type == "cuda":
-            return CUDA_MODE
-        return "default" if value is True else None
+    if value == AUTO:
+        return CUDA_MODE if AUTO_COMPILES_ON_CUDA and device.type == "cuda" else None
+    if value is True:
+        return CUDA_MODE if device.type == "cuda" else "default"
     return str(value)
 
 
@@ -82,9 +107,17 @@ def check_acceleration_options(
         )
 
 
+def _graph_breaks() -> int:
+    """Graph breaks Dynamo has counted in this process, and functions it gave up tracing (a
+    break it cannot resume from, as in a loop: the whole function then runs eagerly)."""
+    counters = torch._dynamo.utils.counters
+    return sum(counters["graph_break"].values()) + sum(counters["unimplemented"].values())
+
+
 class Acceleration:
     """The speed settings of one method: compiled networks and loss arithmetic, CUDA-graph step
-    boundaries, channels-last. A plain object the method holds; it never calls back into it.
+    boundaries, channels-last, and the fall-back to eager. A plain object the method holds; it
+    never calls back into it.
 
     Args:
         compile, backend, channels_last: the method's ``compile``, ``compile_backend`` and
@@ -103,10 +136,14 @@ class Acceleration:
         self.resolved = False
         self.channels_last = channels_last is True
         self.vrnl_fn: Callable[..., Any] = vrnl_objective
+        self.failure: str | None = None  # why compiling was given up (fall_back), if it was
+        self.name = "the method"
+        self._networks: list[nn.Module] = []
+        self._breaks_at_start = 0
 
     @property
     def mode(self) -> str | None:
-        """The resolved compile mode (``None``: eager)."""
+        """The resolved compile mode (``None``: eager, also after a fall-back)."""
         kwargs = self.compile_kwargs
         return None if kwargs is None else kwargs.get("mode") or "default"
 
@@ -119,7 +156,10 @@ class Acceleration:
         say (a network added after ``setup``); return it."""
         self.layout(net)
         if self.resolved and self.compile_kwargs is not None:
-            net.compile(**self.compile_kwargs)
+            # what nn.Module.compile does, with the compiled call guarded
+            eager = net._call_impl
+            net._compiled_call_impl = self.guard(torch.compile(eager, **self.compile_kwargs), eager)
+            self._networks.append(net)
         return net
 
     def network_input(self, images: Tensor) -> Tensor:
@@ -142,38 +182,137 @@ class Acceleration:
         (``collective``). Runs once; later calls return ``stage_loss`` unchanged."""
         if self.resolved:
             return stage_loss
+        self.name = name
         self.channels_last = resolve_channels_last(self.channels_last_option, device)
         mode = resolve_compile(self.compile, device)
         if mode is not None:
-            kwargs: dict[str, Any] = {"backend": self.backend}
+            cudagraphs = self.backend == CUDAGRAPH_BACKEND or (
+                self.backend == "inductor" and mode in CUDAGRAPH_MODES
+            )
+            if self.backend == CUDAGRAPH_BACKEND and device.type != "cuda":
+                raise InputError(
+                    f"--model.compile_backend {CUDAGRAPH_BACKEND} records CUDA graphs and needs "
+                    f"a CUDA device, not {device.type}; use --model.compile_backend inductor"
+                )
+            kwargs: dict[str, Any] = {"backend": self.backend, "dynamic": False}
             if self.backend == "inductor" and mode != "default":
                 kwargs["mode"] = mode
             self.compile_kwargs = kwargs
-            self.cudagraphs = (
-                device.type == "cuda" and "mode" in kwargs and kwargs["mode"] in CUDAGRAPH_MODES
-            )
+            self.cudagraphs = cudagraphs and device.type == "cuda"
         self.resolved = True
         for net in networks:
             self.compile_network(net)
         if self.compile_kwargs is None:
             return stage_loss
-        compiled = torch.compile(stage_loss, **self.compile_kwargs)
+        compiled = torch.compile(_own_code(stage_loss), **self.compile_kwargs)
+        compiled = self.guard(compiled, stage_loss)
         if not collective:  # the all-reduce of a global variance stays outside the graph
-            self.vrnl_fn = torch.compile(vrnl_objective, **self.compile_kwargs)
+            vrnl = torch.compile(_own_code(vrnl_objective), **self.compile_kwargs)
+            self.vrnl_fn = self.guard(vrnl, vrnl_objective)
         config = torch._dynamo.config
         limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
         setattr(config, limit, max(getattr(config, limit), RECOMPILE_LIMIT))
+        # the recompile limit raises (and the guard falls back) instead of running a function
+        # eagerly in silence; the backward compiles with the forward, so that a failure of
+        # either surfaces in the guarded call
+        for settings, key in (
+            (config, "fail_on_recompile_limit_hit"),
+            (torch._functorch.config, "force_non_lazy_backward_lowering"),
+        ):
+            if hasattr(settings, key):  # both in torch >= 2.6
+                setattr(settings, key, True)
         if "TORCH_LOGS" not in os.environ:
             torch._logging.set_logs(recompiles=True)  # each recompile, once, with its reason
+        self._breaks_at_start = _graph_breaks()
         rank_zero_info(
             f"{name}: torch.compile ({self.backend}, mode "
-            f"{self.mode}{', CUDA graphs' if self.cudagraphs else ''}) of "
+            f"{self.mode}{', CUDA graphs' if self.cudagraphs else ''}, static shapes) of "
             f"{len(networks)} network(s), the per-sample loss"
             f"{'' if collective else ' and the VRNL objective'}; the first training and "
             "evaluation steps of each batch size compile (slow), later steps reuse the graphs"
         )
         return compiled
 
+    # ---------------------------------------------------------------- the fall-back
+    def guard(self, compiled: Callable[..., Any], eager: Callable[..., Any]) -> Callable[..., Any]:
+        """``compiled`` guarded: a call that raises is repeated by ``eager`` (whose error, if
+        it raises too, is the run's: a bug, not a speed option's); if ``eager`` succeeds,
+        compiling is given up (:meth:`fall_back`). After a fall-back, ``eager`` is called."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.compile_kwargs is None:
+                return eager(*args, **kwargs)
+            try:
+                out = compiled(*args, **kwargs)
+            except Exception as error:
+                out = eager(*args, **kwargs)
+                self.fall_back(_describe(error))
+                return out
+            breaks = _graph_breaks() - self._breaks_at_start
+            if breaks > GRAPH_BREAK_LIMIT:
+                self.fall_back(f"{breaks} graph breaks (a graph-break storm)")
+            return out
+
+        return call
+
+    def fall_back(self, reason: str) -> None:
+        """Give up compiling for the rest of the run: warn once (naming the option and how to
+        turn it off), un-compile the networks, and call the eager loss arithmetic from now on.
+        Weights, optimizer states and step records are untouched: the run goes on from the same
+        state."""
+        if self.compile_kwargs is None:
+            return
+        option = f"--model.compile {str(self.compile).lower()}"
+        if self.backend != "inductor":
+            option += f" --model.compile_backend {self.backend}"
+        warnings.warn(
+            f"{self.name}: torch.compile ({option}) failed and the run continues eagerly from "
+            f"the same state, without compiled graphs{' or CUDA graphs' if self.cudagraphs else ''}"
+            f" ({reason}). --model.compile false turns compiling off; TORCH_LOGS=recompiles,"
+            "graph_breaks shows what Dynamo did",
+            stacklevel=2,
+        )
+        self.failure = reason
+        self.compile_kwargs = None
+        self.cudagraphs = False
+        for net in self._networks:
+            net._compiled_call_impl = None
+        self._networks = []
+
+    def leave_collectives_eager(self, networks: list[nn.Module]) -> None:
+        """Run ``networks`` eagerly if they hold ``SyncBatchNorm`` layers (DDP with
+        ``sync_batchnorm``, converted after compiling was set up): their all-reduce would
+        otherwise run inside compiled (and CUDA) graphs, which is not tested. Warns once."""
+        synced = [
+            net
+            for net in networks
+            if net._compiled_call_impl is not None
+            and any(isinstance(m, nn.SyncBatchNorm) for m in net.modules())
+        ]
+        if not synced:
+            return
+        warnings.warn(
+            f"{self.name}: the networks run eagerly: they hold SyncBatchNorm layers "
+            "(--trainer.sync_batchnorm true), whose all-reduce is not run inside compiled graphs; "
+            "--trainer.sync_batchnorm false keeps them compiled",
+            stacklevel=2,
+        )
+        for net in synced:
+            net._compiled_call_impl = None
+        self._networks = [n for n in self._networks if n not in synced]
+
+    def check_accumulation(self, accumulate_grad_batches: int) -> None:
+        """Refuse gradient accumulation under CUDA graphs (gradients would accumulate in memory
+        the next replay overwrites)."""
+        if self.cudagraphs and accumulate_grad_batches > 1:
+            raise InputError(
+                f"--trainer.accumulate_grad_batches {accumulate_grad_batches} cannot run with "
+                f"CUDA graphs (--model.compile {str(self.compile).lower()} on CUDA): set "
+                "--trainer.accumulate_grad_batches 1, or --model.compile default (compiled "
+                "without CUDA graphs) or false"
+            )
+
+    # ---------------------------------------------------------------- CUDA-graph steps
     def keep(self, tensor: Tensor | None) -> Tensor | None:
         """``tensor`` in memory of its own when CUDA graphs would overwrite it at the next step
         (for values kept beyond the step); ``tensor`` itself otherwise."""
@@ -184,3 +323,29 @@ class Acceleration:
         overwritten); nothing without them."""
         if self.cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
+
+
+def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function (or bound method) ``fn`` with a code object of its own. Dynamo keeps a
+    function's graphs, and counts them against the recompile limit, per code object (a method's
+    for every object of its class): a copy per run keeps one run's graphs from counting against
+    another's in the same process (several runs in one session, a test suite)."""
+    if isinstance(fn, types.MethodType):
+        return types.MethodType(_own_code(fn.__func__), fn.__self__)
+    copy = types.FunctionType(
+        fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return functools.update_wrapper(copy, fn)
+
+
+def _describe(error: BaseException) -> str:
+    """``Type: first line`` of ``error``, followed by that of the error that caused it (Dynamo
+    wraps a backend's own error), for a one-line warning."""
+    parts = []
+    current: BaseException | None = error
+    while current is not None and len(parts) < 3:
+        lines = [line.strip() for line in str(current).splitlines() if line.strip()]
+        parts.append(f"{type(current).__name__}: {lines[0][:200] if lines else ''}".rstrip(": "))
+        current = getattr(current, "inner_exception", None) or current.__cause__
+    return " <- ".join(parts)

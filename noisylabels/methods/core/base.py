@@ -27,6 +27,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from noisylabels.errors import InputError
 from noisylabels.methods.core import optim
 from noisylabels.methods.core.acceleration import Acceleration
+from noisylabels.methods.core.distributed import drop_gradients, with_zero_gradients, world
 from noisylabels.methods.core.evaluation import split_logits
 from noisylabels.methods.core.staged import StagedModule
 from noisylabels.methods.core.stages import StageSchedule
@@ -40,8 +41,7 @@ class NoisyLabelMethod(StagedModule):
     """Base of all methods; trains on the VRNL objective of the method's per-sample losses.
 
     Args:
-        backbone: network name (``lenet5``, ``mlp``, ``resnet18``, ``resnet32``, ``resnet34``,
-            ``resnet50``).
+        backbone: ``lenet5``, ``mlp``, ``resnet18``, ``resnet32``, ``resnet34`` or ``resnet50``.
         num_classes: number of classes (linked from the data module by the CLI).
         input_shape: ``(C, H, W)`` of the images (linked from the data module by the CLI).
         alpha: VRNL coefficient: ``> 0`` increases the loss variance, ``0`` is the base method,
@@ -81,12 +81,11 @@ class NoisyLabelMethod(StagedModule):
         channels_last: run convolutional backbones in channels-last memory format; ``auto``:
             on CUDA (where it pays with mixed precision), not on the CPU.
         compile: ``torch.compile`` the networks, the per-sample loss and the VRNL arithmetic
-            for training and evaluation (see :mod:`noisylabels.methods.core.acceleration`):
-            ``auto`` (on CUDA with CUDA graphs, mode ``reduce-overhead``; not on the CPU,
-            where it does not pay), ``true`` (also on the CPU), ``false``, or a mode:
-            ``default``, ``reduce-overhead``, ``max-autotune``, ``max-autotune-no-cudagraphs``.
-        compile_backend: ``torch.compile`` backend (``inductor``; ``aot_eager`` compiles in
-            seconds without generating code, for checking a method under compilation).
+            (see :mod:`noisylabels.methods.core.acceleration`): ``auto`` (eager until the GPU
+            check has passed on a GPU), ``true`` (with CUDA graphs on CUDA), ``false``, or a
+            mode (``default``, ``reduce-overhead``, ...); a failed compile warns, runs eagerly.
+        compile_backend: ``torch.compile`` backend: ``inductor``, ``aot_eager`` (compiles in
+            seconds, no code generated: to check a method), ``cudagraphs`` (CUDA only), ...
     """
 
     abstract = True  # a base of methods, not one itself (see methods.core.registry)
@@ -126,14 +125,12 @@ class NoisyLabelMethod(StagedModule):
         compile_backend: str = "inductor",
     ) -> None:
         super().__init__()
-        if variance_scope not in SCOPES:
-            raise InputError(
-                f"--model.variance_scope must be one of {SCOPES}, got {variance_scope!r}"
-            )
-        if optimizer not in optim.OPTIMIZERS:
-            raise InputError(
-                f"--model.optimizer must be one of {optim.OPTIMIZERS}, got {optimizer!r}"
-            )
+        for name, value, allowed in [
+            ("variance_scope", variance_scope, SCOPES),
+            ("optimizer", optimizer, optim.OPTIMIZERS),
+        ]:
+            if value not in allowed:
+                raise InputError(f"--model.{name} must be one of {allowed}, got {value!r}")
         if lr <= 0 or revision_lr <= 0:
             name, value = ("lr", lr) if lr <= 0 else ("revision_lr", revision_lr)
             raise InputError(f"--model.{name} must be positive, got {value}")
@@ -307,6 +304,8 @@ class NoisyLabelMethod(StagedModule):
         optimizer); return ``{"loss", "steps"}`` with this batch's :class:`StepOutput` records."""
         self._steps = []
         loss = self.training_objective(batch)
+        if world()[0] > 1:  # DDP's reducer expects a gradient of every parameter
+            loss = with_zero_gradients(loss, self.unused_parameters())
         if not self.automatic_optimization:
             count = len(self.trainer.optimizers)
             optim.manual_step(self, loss, self.active_optimizers(count))
@@ -318,6 +317,17 @@ class NoisyLabelMethod(StagedModule):
         self.resolve_acceleration(device, getattr(self.trainer, "world_size", 1))
         if stage == "fit":
             self.check_stages_fit()
+            self.speed.check_accumulation(getattr(self.trainer, "accumulate_grad_batches", 1))
+
+    def on_fit_start(self) -> None:  # after DDP's SyncBatchNorm swap
+        self.speed.leave_collectives_eager(self.networks)
+
+    def unused_parameters(self) -> list[nn.Parameter]:
+        """Parameters this stage's objective does not reach (zero gradients under DDP)."""
+        return []
+
+    def on_after_backward(self) -> None:
+        drop_gradients(self.unused_parameters() if world()[0] > 1 else [])
 
     def on_train_start(self) -> None:
         self.plan_smoke_test()
@@ -340,24 +350,19 @@ class NoisyLabelMethod(StagedModule):
             optim.step_schedulers(self)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """A ``fast_dev_run``'s planned main-stage start, then a CUDA-graph step boundary."""
         self.maybe_start_main_stage(batch_idx)
         self.speed.begin_step()
 
-    def on_validation_batch_start(
-        self, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
+    def on_validation_batch_start(self, *args: Any) -> None:
+        """A CUDA-graph step boundary before every evaluation batch."""
         self.speed.begin_step()
 
-    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.speed.begin_step()
-
-    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.speed.begin_step()
+    on_test_batch_start = on_predict_batch_start = on_validation_batch_start
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        """Validation: the stage's loss, and the accuracy of ``noisy_posterior(p)`` against
-        noisy labels (of ``p`` itself in a warm-up, or where the data module validates on clean
-        labels): the accuracy of every network, the loss of network 0."""
+        """Every network's accuracy of ``noisy_posterior(p)`` against noisy labels (of ``p`` in a
+        warm-up or on clean validation labels), and network 0's stage loss."""
         facts = self.data_facts()
         noisy = not (self.in_warmup or (facts is not None and facts.clean_validation))
         for k, accuracy in enumerate(self._accuracies("val")):
@@ -388,11 +393,7 @@ class NoisyLabelMethod(StagedModule):
         return F.softmax(self(batch["image"]).float(), dim=1)
 
     def training_split_logits(
-        self,
-        limit: int | float | None = None,
-        rank: int = 0,
-        world_size: int = 1,
-        split: str = "train",
+        self, limit: float | None = None, rank: int = 0, world_size: int = 1, split: str = "train"
     ) -> Iterator[tuple[dict[str, Tensor], Tensor]]:
         """``(batch, logits)`` of network 0 over the training split (see
         :func:`~noisylabels.methods.core.evaluation.split_logits`)."""

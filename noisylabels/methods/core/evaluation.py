@@ -1,5 +1,12 @@
 """The model over the training split without augmentation: what T estimation and exact training
-statistics run on."""
+statistics run on.
+
+Such a pass feeds an estimate (anchor points, Dual-T, PTD's features and parts), so it runs in
+float32 whatever the training precision: under mixed precision (``bf16-mixed``, ``16-mixed``)
+autocast is off for it, so that a GPU run's T̂ equals the T̂ of the same model in float32
+(rounding logits to bf16 moves anchor points). With weights in half precision (``*-true``) the
+pass runs in the weights' own type.
+"""
 
 from __future__ import annotations
 
@@ -23,9 +30,9 @@ def split_logits(
     split: str = "train",
 ) -> Iterator[tuple[dict[str, Tensor], Tensor]]:
     """``(batch, logits)`` of ``method``'s forward over the training split of ``facts`` in
-    order, without augmentation, with the model in eval mode (restored afterwards), inside the
-    trainer's precision context. ``limit``/``rank``/``world_size``/``split`` (``val``: the
-    noisy validation split) as in :data:`~noisylabels.noise.facts.EvalBatches`."""
+    order, without augmentation, with the model in eval mode (restored afterwards), in float32
+    (autocast off; see the module's docstring). ``limit``/``rank``/``world_size``/``split``
+    (``val``: the noisy validation split) as in :data:`~noisylabels.noise.facts.EvalBatches`."""
     if facts is None:
         raise InputError(
             f"{type(method).__name__} needs a noisylabels data module (one with data_facts) to "
@@ -36,8 +43,9 @@ def split_logits(
     try:
         for batch in facts.eval_batches(method.device, limit, rank, world_size, split):
             method.speed.begin_step()
-            with method.trainer.precision_plugin.forward_context():
-                logits = method(batch["image"])
+            plugin = method.trainer.precision_plugin
+            with plugin.forward_context(), torch.autocast(method.device.type, enabled=False):
+                logits = method(plugin.convert_input(batch["image"]))
             yield batch, method.speed.keep(logits)
     finally:
         for module, mode in modes.items():

@@ -1,0 +1,101 @@
+"""``make gpu-check`` (``benchmarks/gpu_check.py``) without a GPU: a dry run that says it needs
+CUDA, lists its steps and exits 0, so CI can run it; the pieces it runs on a GPU that a CPU can
+check (the fake CIFAR-10 it writes, how it compares a compiled run with its eager twin)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_check  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="with CUDA, gpu-check runs for real (make gpu-check)"
+)
+STEPS = ["toolchain", "cuda-tests", "stage-change", "throughput", "cifar-fit", "mnist"]
+
+
+def test_the_dry_run_lists_every_step_and_exits_0(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "check.json"
+    assert gpu_check.main(["--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "gpu-check needs a CUDA GPU" in printed and "dry run, nothing runs" in printed
+    listed = [line.split()[0] for line in printed.splitlines() if line.startswith("  ")]
+    assert listed == STEPS == [name for name, *_ in gpu_check.STEPS]
+    assert "within 480 s" in printed and not out.exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_gpu_check_is_the_dry_run_on_a_cpu() -> None:
+    proc = subprocess.run(
+        ["make", "-s", "gpu-check", f"PYTHON={sys.executable}", "DATA=/nowhere"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "gpu-check needs a CUDA GPU" in proc.stdout and "mnist" in proc.stdout
+
+
+def test_the_throughput_benchmark_it_runs_starts() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_throughput.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--json" in proc.stdout and "--fake-data" in proc.stdout
+
+
+def test_the_fake_cifar10_is_read_as_cifar10(tmp_path: Path) -> None:
+    from noisylabels.data import CIFAR10DataModule
+
+    root = gpu_check.write_fake_cifar10(tmp_path, n_train=100, n_test=20)
+    dm = CIFAR10DataModule(data_dir=str(root), noise_rate=0.2)
+    dm.setup("fit")
+    assert dm.data.train_images.shape == (100, 3, 32, 32)
+    assert len(dm.train_indices) + len(dm.val_indices) == 100
+
+
+def _run(losses: list[float], accs: list[float], test_acc: float, fallback=None) -> dict:
+    epochs = [
+        {"metrics": {"train/loss": loss, "val/acc": acc}}
+        for loss, acc in zip(losses, accs, strict=True)
+    ]
+    return {
+        "probe": {"epochs": epochs, "fallback": fallback},
+        "results": {"test_acc": test_acc, "test_acc_last": test_acc},
+    }
+
+
+def test_a_compiled_run_agrees_with_its_eager_twin_within_float_tolerance() -> None:
+    eager = _run([2.0, 1.0], [0.5, 0.6], 0.7)
+    assert gpu_check._agree(eager, _run([2.0001, 1.0005], [0.505, 0.6], 0.705)) == []
+    problems = gpu_check._agree(eager, _run([2.0, 1.01], [0.5, 0.62], 0.75, "Error: x"))
+    assert problems[0] == "compiling fell back to eager: Error: x"
+    assert any(p.startswith("epoch 1 train/loss") for p in problems)
+    assert any(p.startswith("epoch 1 val/acc") for p in problems)
+    assert any(p.startswith("test_acc ") for p in problems)
+
+
+def test_the_table_has_one_row_per_step() -> None:
+    rows = [
+        {"step": "toolchain", "status": "pass", "seconds": 12.3, "summary": "ok"},
+        {"step": "mnist", "status": "skip", "seconds": 0.0, "summary": "no MNIST | here"},
+    ]
+    assert gpu_check.table(rows).splitlines() == [
+        "| step | status | seconds | result |",
+        "|---|---|---|---|",
+        "| toolchain | pass | 12 | ok |",
+        "| mnist | skip | 0 | no MNIST / here |",
+    ]
