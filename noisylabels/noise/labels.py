@@ -133,8 +133,13 @@ class LabelSource(ABC):
         """Measured fraction of flipped labels among the samples with a known clean label
         (``None`` where no clean label is known)."""
         clean, noisy, _ = self._require()
-        known = clean >= 0
-        return noise_rate(clean[known], noisy[known]) if bool(known.any()) else None
+        key = (clean, clean._version, noisy, noisy._version)  # read per evaluation batch: cached
+        cached = getattr(self, "_rate_cache", None)
+        if cached is None or any(x is not y for x, y in zip(cached[0], key, strict=True)):
+            known = clean >= 0
+            rate = noise_rate(clean[known], noisy[known]) if bool(known.any()) else None
+            self._rate_cache = cached = (key, rate)
+        return cached[1]
 
     def empirical_transition(self) -> Tensor | None:
         """Row-stochastic measured T over the samples with a known clean label (``None`` where

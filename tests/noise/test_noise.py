@@ -476,3 +476,21 @@ def test_transition_condition() -> None:
     nan = torch.eye(3)
     nan[0, 0] = float("nan")
     assert transition_condition(nan).describe() == "non-finite entries (nan or inf)"
+
+
+def test_the_measured_rate_follows_the_labels_it_is_cached_for() -> None:
+    """``rate_actual`` is read per evaluation batch and cached; a label changed in place or a
+    new label tensor is measured again."""
+    from noisylabels.noise import SyntheticNoise
+
+    source = SyntheticNoise("symmetric", 0.2, seed=0)
+    clean = torch.arange(1000) % 10
+    noisy = source.make_labels(clean, 10)
+    first = source.rate_actual
+    assert first == pytest.approx((noisy != clean).float().mean().item())
+    assert source.rate_actual == first
+    flipped = int((noisy == clean).nonzero()[0])
+    noisy[flipped] = (clean[flipped] + 1) % 10  # in place
+    assert source.rate_actual == pytest.approx(first + 0.001)
+    source.noisy = clean.clone()  # replaced
+    assert source.rate_actual == 0.0
