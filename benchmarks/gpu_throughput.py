@@ -183,6 +183,7 @@ def app_args(preset: str, data_dir: str, root: str, args: argparse.Namespace) ->
     steps = args.warmup_steps + args.steps + 2 * args.sync_steps
     return [
         *("fit", "--config", str(REPO / "configs" / preset), "--data.data_dir", data_dir),
+        *("--config", str(REPO / "configs" / "protocol" / "true_t.yaml")),  # no warm-up
         *("--trainer.accelerator", args.device, "--trainer.max_steps", str(steps)),
         *("--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0"),
         *("--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"),
@@ -239,7 +240,8 @@ def run_app(
 def instantiate(preset: str, data_dir: str) -> tuple[NoisyLabelMethod, NoisyDataModule]:
     """The preset's method and data module, as ``noisylabels fit`` would build them."""
     cli = make_cli(
-        ["--config", str(REPO / "configs" / preset), "--data.data_dir", data_dir],
+        ["--config", str(REPO / "configs" / preset), "--data.data_dir", data_dir]
+        + ["--config", str(REPO / "configs" / "protocol" / "true_t.yaml")],
         run=False,
         save_config_callback=None,
     )

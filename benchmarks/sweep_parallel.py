@@ -29,6 +29,7 @@ import lightning as L
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 CONFIG = REPO / "configs" / "mnist_forward_vrnl.yaml"
+TRUE_T = REPO / "configs" / "protocol" / "true_t.yaml"  # the preset estimates T after a warm-up
 BATCH = 128
 
 
@@ -57,6 +58,7 @@ def measure(n: int, threads: int, args: argparse.Namespace, scratch: Path) -> fl
         env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO), env.get("PYTHONPATH", "")])
         command = [
             sys.executable, "-m", "noisylabels.cli", "fit", "--config", str(CONFIG),
+            "--config", str(TRUE_T),
             "--data.data_dir", str(args.data_dir), "--trainer.max_epochs", str(args.epochs),
             "--trainer.limit_train_batches", str(args.batches),
             "--trainer.limit_val_batches", "0", "--test_after_fit", "false",

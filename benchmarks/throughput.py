@@ -37,6 +37,7 @@ from noisylabels.methods import vrnl_objective  # noqa: E402
 from noisylabels.models import LeNet5  # noqa: E402
 
 CONFIG = REPO / "configs" / "mnist_forward_vrnl.yaml"
+TRUE_T = REPO / "configs" / "protocol" / "true_t.yaml"  # the preset estimates T after a warm-up
 ALPHA, LR, MOMENTUM, WD, BATCH = 0.1, 0.01, 0.9, 1e-4, 128
 
 
@@ -70,6 +71,8 @@ def app_epochs(data_dir: str, progress_bar: bool, epochs: int) -> list[tuple[flo
                 "fit",
                 "--config",
                 str(CONFIG),
+                "--config",
+                str(TRUE_T),
                 "--data.data_dir",
                 data_dir,
                 "--trainer.max_epochs",
