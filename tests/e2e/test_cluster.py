@@ -80,6 +80,7 @@ def fake_slurm(tmp_path: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_time_limit_and_preemption_requeue_and_end_like_an_uninterrupted_run(
     run_cli, tmp_path: Path
 ) -> None:

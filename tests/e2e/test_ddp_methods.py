@@ -158,6 +158,7 @@ def test_ddp_run_equals_the_one_process_run(
     )
     one = read_results(tmp_path)
     summary = json.dumps({k: (one[k], ddp[k]) for k in CLOSE + ("t_estimation_error",)})
+    print(f"{ddp['method']}: (one process, DDP) {summary}")  # pytest -rP shows it
     for key in EXACT:
         assert ddp[key] == one[key], f"{key}: {summary}"
     assert ddp["estimation_epoch"] == one["estimation_epoch"] == 0

@@ -371,12 +371,17 @@ def test_pickle_payload_fixture_would_run(tmp_path) -> None:
     assert marker.exists()
 
 
-def test_no_case_of_the_catalogue_prints_a_traceback(files: Files, tmp_path: Path) -> None:
-    """Every case of the catalogue run as the real command (a process whose uncaught exception
-    the interpreter prints): each exits with its status, and none prints a Python traceback.
-    The command lines share one process that imported the package and forks per case
-    (tests/e2e/as_command.py), so the catalogue costs seconds, not a start-up per case."""
-    commands = {name: command_line(case(files)[0], tmp_path / name) for name, case, _ in CASES}
+@pytest.mark.parametrize("which", ["every 6th", pytest.param("all", marks=pytest.mark.slow)])
+def test_no_case_of_the_catalogue_prints_a_traceback(
+    which: str, files: Files, tmp_path: Path
+) -> None:
+    """Cases of the catalogue run as the real command (a process whose uncaught exception the
+    interpreter prints): each exits with its status, and none prints a Python traceback. The
+    command lines share one process that imported the package and forks per case
+    (tests/e2e/as_command.py); the default run takes every 6th case, ``-m slow`` all of them
+    (every case also runs in-process in test_bad_input_ends_with_one_paragraph)."""
+    cases = CASES if which == "all" else CASES[::6]
+    commands = {name: command_line(case(files)[0], tmp_path / name) for name, case, _ in cases}
     commands_file, results_file = tmp_path / "commands.json", tmp_path / "results.json"
     commands_file.write_text(json.dumps(commands))
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -387,7 +392,7 @@ def test_no_case_of_the_catalogue_prints_a_traceback(files: Files, tmp_path: Pat
         cwd=REPO, env=env, check=True, timeout=900,
     )  # fmt: skip
     results = json.loads(results_file.read_text())
-    expected = {name: code for name, _, code in CASES}
+    expected = {name: code for name, _, code in cases}
     printed = sorted(name for name, r in results.items() if "Traceback" in r["stderr"])
     assert not printed, "\n\n".join(f"{n}:\n{results[n]['stderr'][-1500:]}" for n in printed)
     statuses = {name: r["status"] for name, r in results.items()}

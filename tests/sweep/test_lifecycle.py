@@ -92,6 +92,7 @@ def started(record: Path) -> list[dict]:
     return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
 
 
+@pytest.mark.slow
 def test_a_trial_sweep_then_the_real_one_reruns_every_run_as_stale(
     sweep_file: Path, fake_fit: Path, tmp_path: Path, capsys
 ) -> None:
@@ -244,6 +245,7 @@ def test_a_stop_signal_stops_the_runs_waits_and_lists_them(
     assert len(started(tmp_path / "record.jsonl")) == 2
 
 
+@pytest.mark.slow
 def test_a_run_folder_written_by_a_live_process_is_never_started_twice(
     sweep_file: Path, tmp_path: Path, fake_fit: Path, capsys
 ) -> None:
