@@ -20,6 +20,11 @@ by other load.
 
     python benchmarks/epoch.py --data-dir /folder/holding/MNIST [--repeats 3] [--epochs 3]
         [--workloads forward-vrnl,reweight,coteaching]
+
+Measured on a 2-core CPU machine (``--repeats 3 --epochs 2``, one thread, median wall seconds
+per epoch): Forward-VRNL 6.38 s against the plain loop's 5.45 s (1.17x), Reweight 6.50 against
+5.48 (1.19x), Co-teaching 12.23 against 11.26 (1.09x); README.md ("Speed") says where the
+difference goes.
 """
 
 from __future__ import annotations

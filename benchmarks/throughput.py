@@ -11,6 +11,9 @@ machine the minimum is the figure least disturbed by other load. Both wall-clock
 time are given; the CPU time leaves out time a virtual machine's host gave to others.
 
     python benchmarks/throughput.py --data-dir /folder/holding/MNIST [--repeats 3] [--epochs 4]
+
+Measured on a 2-core CPU machine (``--repeats 3 --epochs 3``, one thread): median 6.24 s per
+training epoch against the plain loop's 5.44 s (1.15x).
 """
 
 from __future__ import annotations
