@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from noisylabels.callbacks.subset_stats import fill_buffer
+from noisylabels.callbacks.subset_stats import fill_buffer, network_steps, warn_no_steps
 from noisylabels.noise import data_facts_of
 
 # columns of the running sums after the C posterior columns
@@ -140,21 +140,17 @@ class SampleDynamics(L.Callback):
     ) -> None:
         if self._sums is None:
             return
-        steps = outputs.get("steps") if isinstance(outputs, dict) else None
+        steps = network_steps(outputs, self.network)
         if steps is None:
             if not self._warned:
-                rank_zero_warn(
-                    "SampleDynamics: the training step returned no 'steps' (StepOutput records "
-                    "of a noisylabels method), so there is nothing to record"
-                )
+                warn_no_steps("SampleDynamics")
                 self._warned = True
             return
         for step in steps:
-            if step.network == self.network:
-                # references only: the mask is applied at the epoch's end (indexing by it here
-                # would synchronize)
-                self._loss_records.append((step.index, step.logits, step.losses))
-                self._weight_records.append((step.index, step.weights, step.used))
+            # references only: the mask is applied at the epoch's end (indexing by it here
+            # would synchronize)
+            self._loss_records.append((step.index, step.logits, step.losses))
+            self._weight_records.append((step.index, step.weights, step.used))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._sums is None or self._buffer is None or self._labels is None:

@@ -17,9 +17,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from noisylabels.methods.core.losses import EPS
+from noisylabels.methods.core.step import StepOutput
 
 SUBSETS = ("mislabeled", "correct")
 LOSSES = ("loss", "ce_noisy", "ce_clean")
@@ -91,6 +93,22 @@ def subset_ids(noisy: Tensor, clean: Tensor) -> Tensor:
     """Subset of each sample: 0 mislabeled, 1 correct, 2 clean label unknown (``-1``)."""
     ids = torch.where(noisy != clean, 0, 1)
     return torch.where(clean < 0, 2, ids)
+
+
+def network_steps(outputs: Any, network: int) -> list[StepOutput] | None:
+    """The :class:`StepOutput` records of ``network`` that a training step returned
+    (``outputs["steps"]``); ``None`` where it returned none (not a noisylabels method: the
+    callback then says so once, with :func:`warn_no_steps`)."""
+    steps = outputs.get("steps") if isinstance(outputs, dict) else None
+    return None if steps is None else [step for step in steps if step.network == network]
+
+
+def warn_no_steps(owner: str) -> None:
+    """The warning of a callback that found no step records to keep."""
+    rank_zero_warn(
+        f"{owner}: the training step returned no 'steps' (StepOutput records of a noisylabels "
+        "method), so there is nothing to record"
+    )
 
 
 def fill_buffer(

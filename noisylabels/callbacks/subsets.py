@@ -46,9 +46,11 @@ from noisylabels.callbacks.subset_stats import (
     PREFIX,
     custom_scalars_layout,
     fill_buffer,
+    network_steps,
     subset_ids,
     summarize,
     tag,
+    warn_no_steps,
     write_csv_row,
 )
 from noisylabels.methods.core.base import NoisyLabelMethod
@@ -193,18 +195,13 @@ class SubsetStatistics(L.Callback):
     ) -> None:
         if not self._active:
             return
-        steps = outputs.get("steps") if isinstance(outputs, dict) else None
+        steps = network_steps(outputs, self.network)
         if steps is None:
             if not self._warned:
-                rank_zero_warn(
-                    "SubsetStatistics: the training step returned no 'steps' (StepOutput "
-                    "records of a noisylabels method), so there is nothing to record"
-                )
+                warn_no_steps("SubsetStatistics")
                 self._warned = True
             return
         for step in steps:
-            if step.network != self.network:
-                continue
             # the mask is applied at the epoch's end: indexing by it here would synchronize
             self._weight_records.append((step.index, step.weights, step.used))
             if self.source == "train_step":

@@ -211,3 +211,31 @@ def test_every_run_writes_its_record(run_cli, tmp_path: Path) -> None:
     # 3 batches of 64 distinct samples in each of the 2 epochs
     assert int(record["loss_epochs"].sum()) == 2 * 3 * 64 and int(record["loss_epochs"].max()) <= 2
     assert torch.allclose(record["probs"].sum(1), record["loss_epochs"], atol=1e-4)
+
+
+def test_step_records_are_those_of_the_callbacks_network_and_none_without_them() -> None:
+    """What the per-sample callbacks read from a training step's return value: its records of
+    their network, or ``None`` (a step of another LightningModule), which they warn of once."""
+    import warnings
+
+    from noisylabels.callbacks.subset_stats import network_steps
+    from noisylabels.methods.core.step import StepOutput
+
+    zeros = torch.zeros(2)
+    steps = [
+        StepOutput(index=zeros, labels=zeros, logits=zeros, losses=zeros, weights=zeros,
+                   used=None, objective=zeros, mean=zeros, variance=zeros, network=k)
+        for k in (0, 1)
+    ]  # fmt: skip
+    assert network_steps({"loss": zeros, "steps": steps}, 1) == [steps[1]]
+    assert network_steps(zeros, 0) is None and network_steps({"loss": zeros}, 0) is None
+    callback = SampleDynamics()
+    callback._sums = torch.zeros(1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            callback.on_train_batch_end(None, None, {"loss": zeros}, None, 0)
+    assert [str(w.message) for w in caught] == [
+        "SampleDynamics: the training step returned no 'steps' (StepOutput records of a "
+        "noisylabels method), so there is nothing to record"
+    ]
