@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from noisylabels.audit import audit, quality  # noqa: E402
 from noisylabels.audit.issues import out_of_sample  # noqa: E402
-from noisylabels.audit.records import read_run  # noqa: E402
+from noisylabels.audit.run_folder import read_run  # noqa: E402
 from noisylabels.cli import run  # noqa: E402
 from noisylabels.run import run_dir  # noqa: E402
 

@@ -4,7 +4,7 @@ they are and writes ``label_issues.csv`` and an image grid of the most suspect o
 The scores (:mod:`~noisylabels.audit.scores`) are the training dynamics every run records
 (``sample_dynamics.pt``: the area under the margin, the mean loss, the mean VRNL weight) and
 the out-of-sample posterior of K-fold cross-validation (:mod:`~noisylabels.audit.crossval`).
-:func:`audit` audits a finished run folder (:mod:`~noisylabels.audit.records` reads it),
+:func:`audit` audits a finished run folder (:mod:`~noisylabels.audit.run_folder` reads it),
 :func:`fit_and_audit` trains one first; the command is :mod:`~noisylabels.audit.cli`.
 """
 

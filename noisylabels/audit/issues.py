@@ -26,7 +26,7 @@ from torch import Tensor
 
 from noisylabels.audit.crossval import OutOfSample, cross_validate
 from noisylabels.audit.gallery import draw_grid
-from noisylabels.audit.records import (
+from noisylabels.audit.run_folder import (
     CONFIG_FILE,
     RunFolder,
     data_class,
