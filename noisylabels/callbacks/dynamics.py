@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from noisylabels.callbacks.subset_stats import fill_buffer, network_steps, warn_no_steps
+from noisylabels.callbacks.subset_stats import StepRecords
 from noisylabels.noise import data_facts_of
 
 # columns of the running sums after the C posterior columns
@@ -64,7 +64,7 @@ def epoch_values(buffer: Tensor, labels: Tensor) -> Tensor:
     return torch.cat([probs, torch.stack([loss, margin, weight, has_loss, has_weight], 1)], 1)
 
 
-class SampleDynamics(L.Callback):
+class SampleDynamics(StepRecords):
     """Per-sample sums over the training epochs of the loss, the margin (AUM), the VRNL weight
     and the posterior ``p`` (see the module docstring), for ``noisylabels audit``.
 
@@ -78,18 +78,13 @@ class SampleDynamics(L.Callback):
     """
 
     def __init__(self, network: int = 0) -> None:
-        if network < 0:
-            raise ValueError(f"network must be >= 0, got {network}")
-        self.network = network
+        super().__init__(network)
         self.epochs = 0
         self._sums: Tensor | None = None
         self._restored: dict[str, Any] | None = None
         self._fitting = False
         self._labels: Tensor | None = None
         self._buffer: Tensor | None = None
-        self._loss_records: list[tuple[Tensor, Tensor, Tensor]] = []
-        self._weight_records: list[tuple[Tensor, Tensor, Tensor | None]] = []
-        self._warned = False
 
     # ------------------------------------------------------------------ setup
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -127,7 +122,7 @@ class SampleDynamics(L.Callback):
             self.epochs = int(state.get("epochs", 0))
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._loss_records, self._weight_records = [], []
+        self.clear_records()
 
     # ------------------------------------------------------------------ recording
     def on_train_batch_end(
@@ -138,27 +133,14 @@ class SampleDynamics(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if self._sums is None:
-            return
-        steps = network_steps(outputs, self.network)
-        if steps is None:
-            if not self._warned:
-                warn_no_steps("SampleDynamics")
-                self._warned = True
-            return
-        for step in steps:
-            # references only: the mask is applied at the epoch's end (indexing by it here
-            # would synchronize)
-            self._loss_records.append((step.index, step.logits, step.losses))
-            self._weight_records.append((step.index, step.weights, step.used))
+        if self._sums is not None:
+            self.record_steps(outputs)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._sums is None or self._buffer is None or self._labels is None:
             return
         with torch.no_grad():
-            buffer = fill_buffer(self._buffer, self._loss_records, self._weight_records)
-            self._loss_records, self._weight_records = [], []
-            buffer = trainer.strategy.reduce(buffer, reduce_op="sum")
+            buffer = trainer.strategy.reduce(self.take_records(self._buffer), reduce_op="sum")
             self._sums += epoch_values(buffer.float(), self._labels)
         self.epochs += 1
 

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
@@ -97,18 +98,58 @@ def subset_ids(noisy: Tensor, clean: Tensor) -> Tensor:
 
 def network_steps(outputs: Any, network: int) -> list[StepOutput] | None:
     """The :class:`StepOutput` records of ``network`` that a training step returned
-    (``outputs["steps"]``); ``None`` where it returned none (not a noisylabels method: the
-    callback then says so once, with :func:`warn_no_steps`)."""
+    (``outputs["steps"]``); ``None`` where it returned none (not a noisylabels method)."""
     steps = outputs.get("steps") if isinstance(outputs, dict) else None
     return None if steps is None else [step for step in steps if step.network == network]
 
 
-def warn_no_steps(owner: str) -> None:
-    """The warning of a callback that found no step records to keep."""
-    rank_zero_warn(
-        f"{owner}: the training step returned no 'steps' (StepOutput records of a noisylabels "
-        "method), so there is nothing to record"
-    )
+class StepRecords(L.Callback):
+    """Base of the callbacks that keep one network's per-sample records of a training epoch
+    (:class:`SubsetStatistics`, :class:`SampleDynamics`): ``(index, logits, losses)`` and
+    ``(index, weights, used)`` of every step, as references, written into a per-sample buffer
+    once at the epoch's end (:meth:`take_records`).
+
+    Args:
+        network: which network's steps to record, for methods that train several (0: the
+            first, the one a single-network method has).
+    """
+
+    def __init__(self, network: int = 0) -> None:
+        if network < 0:
+            raise ValueError(f"network must be >= 0, got {network}")
+        self.network = network
+        self._loss_records: list[tuple[Tensor, Tensor, Tensor]] = []
+        self._weight_records: list[tuple[Tensor, Tensor, Tensor | None]] = []
+        self._warned = False
+
+    def record_steps(self, outputs: Any, losses: bool = True) -> None:
+        """Keep this step's records of :attr:`network` (the losses only if ``losses``); a step
+        without records (not a noisylabels method) is said once."""
+        steps = network_steps(outputs, self.network)
+        if steps is None:
+            if not self._warned:
+                rank_zero_warn(
+                    f"{type(self).__name__}: the training step returned no 'steps' (StepOutput "
+                    "records of a noisylabels method), so there is nothing to record"
+                )
+                self._warned = True
+            return
+        for step in steps:
+            # references only: the mask is applied at the epoch's end (indexing by it here
+            # would synchronize)
+            self._weight_records.append((step.index, step.weights, step.used))
+            if losses:
+                self._loss_records.append((step.index, step.logits, step.losses))
+
+    def clear_records(self) -> None:
+        self._loss_records, self._weight_records = [], []
+
+    def take_records(self, buffer: Tensor) -> Tensor:
+        """This epoch's records written into ``buffer`` (see :func:`fill_buffer`); the records
+        are cleared."""
+        buffer = fill_buffer(buffer, self._loss_records, self._weight_records)
+        self.clear_records()
+        return buffer
 
 
 def fill_buffer(

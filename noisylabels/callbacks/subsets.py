@@ -44,13 +44,11 @@ from noisylabels.callbacks.folder import run_dir
 from noisylabels.callbacks.subset_stats import (
     CSV_FILE,
     PREFIX,
+    StepRecords,
     custom_scalars_layout,
-    fill_buffer,
-    network_steps,
     subset_ids,
     summarize,
     tag,
-    warn_no_steps,
     write_csv_row,
 )
 from noisylabels.methods.core.base import NoisyLabelMethod
@@ -59,7 +57,7 @@ from noisylabels.noise import data_facts_of
 SOURCES = ("train_step", "pass")
 
 
-class SubsetStatistics(L.Callback):
+class SubsetStatistics(StepRecords):
     """Per-epoch loss statistics of mislabeled vs correctly labeled training samples.
 
     Reproduces the quantities of the VRNL paper's Figs. 1, 4 and 5 (see the module docstring):
@@ -100,6 +98,7 @@ class SubsetStatistics(L.Callback):
         histograms: bool = True,
         network: int = 0,
     ) -> None:
+        super().__init__(network)
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
         if every_n_epochs < 1:
@@ -107,19 +106,12 @@ class SubsetStatistics(L.Callback):
         self.source = source
         self.every_n_epochs = every_n_epochs
         self.histograms = histograms
-        if network < 0:
-            raise ValueError(f"network must be >= 0, got {network}")
-        self.network = network
         self.last: dict[str, float] = {}
         self._buffer: Tensor | None = None
         self._noisy: Tensor | None = None
         self._clean: Tensor | None = None
         self._subsets: Tensor | None = None
-        # this epoch's records: (index, logits, losses) and (index, weights, used mask or None)
-        self._loss_records: list[tuple[Tensor, Tensor, Tensor]] = []
-        self._weight_records: list[tuple[Tensor, Tensor, Tensor | None]] = []
         self._active = False
-        self._warned = False
 
     # ------------------------------------------------------------------ setup
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -182,7 +174,7 @@ class SubsetStatistics(L.Callback):
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._active = self._buffer is not None and self._records(trainer)
-        self._loss_records, self._weight_records = [], []
+        self.clear_records()
 
     # ------------------------------------------------------------------ recording
     def on_train_batch_end(
@@ -193,25 +185,8 @@ class SubsetStatistics(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if not self._active:
-            return
-        steps = network_steps(outputs, self.network)
-        if steps is None:
-            if not self._warned:
-                warn_no_steps("SubsetStatistics")
-                self._warned = True
-            return
-        for step in steps:
-            # the mask is applied at the epoch's end: indexing by it here would synchronize
-            self._weight_records.append((step.index, step.weights, step.used))
-            if self.source == "train_step":
-                self._loss_records.append((step.index, step.logits, step.losses))
-
-    def _fill_buffer(self) -> Tensor:
-        """This epoch's records in the per-sample buffer; the records are cleared."""
-        buffer = fill_buffer(self._buffer, self._loss_records, self._weight_records)
-        self._loss_records, self._weight_records = [], []
-        return buffer
+        if self._active:
+            self.record_steps(outputs, losses=self.source == "train_step")
 
     def _training_pass(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Evaluate the model on the training split (no augmentation), this process's share."""
@@ -228,7 +203,7 @@ class SubsetStatistics(L.Callback):
         self._active = False
         if self.source == "pass":
             self._training_pass(trainer, pl_module)
-        buffer = trainer.strategy.reduce(self._fill_buffer(), reduce_op="sum")
+        buffer = trainer.strategy.reduce(self.take_records(self._buffer), reduce_op="sum")
         posterior = None if _is_identity_posterior(pl_module) else pl_module.noisy_posterior
         histograms = self.histograms and bool(self._tensorboards(trainer))
         with torch.no_grad(), _single_thread(buffer.device):
