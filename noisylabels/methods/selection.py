@@ -71,12 +71,13 @@ class TwoNetworkMethod(NoisyLabelMethod):
         return torch.stack(objectives).sum()
 
 
-def small_loss_mask(losses: Tensor, keep: int) -> Tensor:
-    """Boolean mask of the ``keep`` smallest ``losses`` (ties: the earlier sample first)."""
+def small_loss_mask(losses: Tensor, keep: int | Tensor) -> Tensor:
+    """Boolean mask of the ``keep`` smallest ``losses`` (ties: the earlier sample first);
+    ``keep`` may be a 0-d tensor, so that a count computed on the device needs no host copy."""
     order = torch.argsort(losses, stable=True)
-    mask = torch.zeros_like(losses, dtype=torch.bool)
-    mask[order[:keep]] = True
-    return mask
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=order.device)
+    return rank < keep
 
 
 class SmallLossMethod(TwoNetworkMethod):
@@ -173,8 +174,12 @@ class SmallLossMethod(TwoNetworkMethod):
         super().on_train_epoch_start()  # may start the method's stage (and estimate tau)
         self.current_forget_rate = self.forget_rate_at(self.current_epoch - self.warmup_length())
 
-    def keep_count(self, batch_size: int) -> int:
-        """How many samples of a batch a network keeps: ``int((1 - tau_t) B)``, at least 1."""
+    def keep_count(self, batch_size: int | Tensor) -> int | Tensor:
+        """How many samples of a batch a network keeps: ``floor((1 - tau_t) B)``, at least 1;
+        a 0-d tensor for a batch size counted on the device (the global batch under DDP)."""
+        if isinstance(batch_size, Tensor):
+            kept = batch_size.to(torch.float64) * (1.0 - self.current_forget_rate)
+            return torch.floor(kept).clamp_min(1.0)
         return max(1, int((1.0 - self.current_forget_rate) * batch_size))
 
     def small_loss_masks(self, losses: list[Tensor]) -> list[Tensor]:
@@ -188,16 +193,9 @@ class SmallLossMethod(TwoNetworkMethod):
         facts = self.data_facts()
         n, capacity = len(losses[0]), None if facts is None else facts.batch_size
         values, valid = gather_batch(torch.stack(losses), capacity)
-        # keep_count of the global batch size, on the device: floor((1 - tau_t) B), at least 1
-        total = valid.sum().to(torch.float64)
-        keep = torch.floor(total * (1.0 - self.current_forget_rate)).clamp_min(1.0)
-        masks = []
-        for row in torch.where(valid, values, torch.inf):
-            order = torch.argsort(row, stable=True)
-            place = torch.empty_like(order)
-            place[order] = torch.arange(len(order), device=order.device)
-            masks.append(own_part(place < keep, n))
-        return masks
+        keep = self.keep_count(valid.sum())
+        rows = torch.where(valid, values, torch.inf)  # padding sorts last
+        return [own_part(small_loss_mask(row, keep), n) for row in rows]
 
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()

@@ -115,6 +115,9 @@ def test_forget_rate_ramps_linearly_to_tau_over_ramp_epochs() -> None:
     assert rates[3] == pytest.approx(0.45 * 3 / 9)
     model.current_forget_rate = 0.45
     assert model.keep_count(128) == int(0.55 * 128) and model.keep_count(1) == 1
+    # the device count (the global batch under DDP) is the same number, as a tensor
+    for size in (1, 7, 100, 128, 1000):
+        assert float(model.keep_count(torch.tensor(size))) == model.keep_count(size), size
     assert two_networks(CoTeaching, forget_rate=0.3, ramp_epochs=0).forget_rate_at(
         0
     ) == pytest.approx(0.3)
