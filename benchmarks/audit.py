@@ -112,14 +112,14 @@ def cell(dataset: str, noise: str, rate: float, args: argparse.Namespace) -> lis
         times = {"train_s": run_seconds, "rank_s": seconds}
         rows.append({**base, "scorer": f"audit {score}", **times, **issues.quality})
     # K-fold: trained once (kept in the run folder), scored by the audit and by cleanlab
-    oos = out_of_sample(read_run(folder), args.folds)
+    run_folder = read_run(folder)
+    oos = out_of_sample(run_folder, args.folds)
     start = time.perf_counter()
     issues = audit(folder, score="posterior", folds=args.folds, grid=False)
     times = {"train_s": oos.seconds, "rank_s": time.perf_counter() - start}
     rows.append(
         {**base, "scorer": f"audit posterior ({args.folds}-fold)", **times, **issues.quality}
     )
-    run_folder = read_run(folder)
     labels = run_folder.noisy_labels[oos.index].numpy()
     flipped = torch.from_numpy(labels != run_folder.clean_labels[oos.index].numpy())
     pred_probs = oos.noisy_probs.double()

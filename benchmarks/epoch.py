@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,6 +43,8 @@ import torch.nn.functional as F
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))  # so the CLI can import ``epoch.EpochClock``
+
+from throughput import clocks, print_ratios  # noqa: E402
 
 from noisylabels.cli import run  # noqa: E402
 from noisylabels.data import MNISTDataModule  # noqa: E402
@@ -87,11 +87,6 @@ class EpochClock(L.Callback):
 
     def on_fit_end(self, trainer, pl_module) -> None:
         self.marks.append(clocks())
-
-
-def clocks() -> tuple[float, float]:
-    """Wall-clock and process CPU time (the latter excludes time the VM gave to others)."""
-    return time.perf_counter(), time.process_time()
 
 
 def intervals(marks: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -239,14 +234,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{' '.join(f'{t[0]:.2f}' for t in a_times)} s",
                 flush=True,
             )
-        for clock, k in (("wall", 0), ("cpu", 1)):
-            for name, pick in (("median", statistics.median), ("min", min)):
-                p, a = pick(t[k] for t in plain), pick(t[k] for t in app)
-                print(
-                    f"{workload} {name} epoch ({clock}): plain loop {p:.2f} s, "
-                    f"noisylabels fit {a:.2f} s, ratio {a / p:.3f}x",
-                    flush=True,
-                )
+        print_ratios(plain, app, prefix=f"{workload} ")
 
 
 if __name__ == "__main__":

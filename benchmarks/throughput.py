@@ -158,12 +158,20 @@ def main(argv: list[str] | None = None) -> None:
             f"repeat {r + 1} wall: plain loop {' '.join(f'{t[0]:.2f}' for t in p_times)} s; "
             f"noisylabels fit {' '.join(f'{t[0]:.2f}' for t in a_times)} s"
         )
+    print_ratios(plain, app)
+
+
+def print_ratios(
+    plain: list[tuple[float, float]], app: list[tuple[float, float]], prefix: str = ""
+) -> None:
+    """Median and min epoch seconds of both sides, wall and CPU, and the app's ratio."""
     for clock, k in (("wall", 0), ("cpu", 1)):
         for name, pick in (("median", statistics.median), ("min", min)):
             p, a = pick(t[k] for t in plain), pick(t[k] for t in app)
             print(
-                f"{name} epoch ({clock}): plain loop {p:.2f} s, noisylabels fit {a:.2f} s, "
-                f"ratio {a / p:.3f}x"
+                f"{prefix}{name} epoch ({clock}): plain loop {p:.2f} s, "
+                f"noisylabels fit {a:.2f} s, ratio {a / p:.3f}x",
+                flush=True,
             )
 
 
