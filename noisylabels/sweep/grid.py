@@ -44,6 +44,7 @@ import yaml
 from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, MissingFileError
 from noisylabels.methods import NoisyLabelMethod
+from noisylabels.run.checkpoints import LAST
 from noisylabels.run.compose import listed_files, read_composed, read_yaml
 from noisylabels.run.provenance import command_sha256
 
@@ -51,7 +52,7 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 CONFIG_KEY = "config"
 RESULTS_FILE = "results.json"
 RUN_FILE = "sweep_run.json"
-LAST_CHECKPOINT = "*/version_*/checkpoints/last.ckpt"  # under the run's logger folder
+LAST_CHECKPOINT = f"*/version_*/checkpoints/{LAST}"  # under the run's logger folder
 SECTIONS = ("name", "base", "args", "axes", "rules")
 
 
