@@ -32,7 +32,7 @@ from noisylabels.run import resume
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
 from noisylabels.run.compose import ComposedConfigFile, default_root_dir
-from noisylabels.run.defaults import add_config_text
+from noisylabels.run.defaults import add_config_text, class_path
 from noisylabels.run.fit import fit_and_test
 from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
 from noisylabels.run.storage import write_text
@@ -315,10 +315,6 @@ _BUILD_FAILED = "Does not validate against any of the Union subtypes"
 _GROUPS = {NoisyLabelMethod: "model", NoisyDataModule: "data"}
 
 
-def _class_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def constructor_error(err: BaseException) -> InputError | None:
     """A ``ValueError`` or ``TypeError`` that the constructor of the method or the data module
     raised (jsonargparse reports it as its own ``ValueError`` raised from it), as an
@@ -329,7 +325,7 @@ def constructor_error(err: BaseException) -> InputError | None:
         return None
     subtypes = re.search(r"Subtypes: \[(.*?)\]", message)
     line = subtypes.group(1) if subtypes else ""
-    named = [(base, g) for base, g in _GROUPS.items() if _class_name(base) in line]
+    named = [(base, g) for base, g in _GROUPS.items() if class_path(base) in line]
     if not named:
         return None
     base, group = named[0]

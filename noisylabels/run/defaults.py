@@ -102,8 +102,9 @@ def plain(value: Any) -> Any:
 
 
 def class_path(obj: Any) -> str:
-    """``module.ClassName`` of ``obj``'s class."""
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+    """``module.ClassName`` of ``obj``, a class, or else of ``obj``'s class."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _init_args(obj: Any) -> dict[str, Any]:
