@@ -17,7 +17,6 @@ import time
 from argparse import ArgumentError
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -26,10 +25,12 @@ import torch.nn.functional as F
 import yaml
 from torch import Tensor
 
+from noisylabels.audit.run_folder import RunFolder
 from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, option_error
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run.cli import make_cli
+from noisylabels.run.defaults import CONFIG_FILE
 
 # options of `noisylabels fit` itself, not of the method, data or trainer
 FIT_ONLY = ("ckpt_path", "weights_only")
@@ -100,29 +101,25 @@ def _quiet_lightning() -> dict[str, int]:
     return levels
 
 
-def _read_config(path: Path) -> dict[str, Any]:
-    try:
-        content = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise InputError(f"cannot read the run's config {path} ({err})") from err
-    if not isinstance(content, dict):
-        raise InputError(f"{path} is not a run's config (a YAML mapping)")
-    return content
+def check_folds(folds: int) -> None:
+    """``--folds``: the K of K-fold cross-validation, at least 2."""
+    if folds < 2:
+        raise InputError(f"--folds must be at least 2 (K-fold cross-validation), got {folds}")
 
 
 def cross_validate(
-    config: Path,
+    run: RunFolder,
     folds: int,
     seed: int,
     data_dir: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> OutOfSample:
-    """Out-of-sample posteriors of the training split of the run that ``config`` (its
-    ``config.yaml``) describes, from ``folds`` models (seeds ``seed``, ``seed + 1``, ...)."""
-    if folds < 2:
-        raise InputError(f"--folds must be at least 2 (K-fold cross-validation), got {folds}")
+    """Out-of-sample posteriors of the training split of the finished ``run`` (the run its
+    ``config.yaml`` describes), from ``folds`` models (seeds ``seed``, ``seed + 1``, ...)."""
+    check_folds(folds)
+    config_path = run.path / CONFIG_FILE
     # the run's config without the options of the fit subcommand itself
-    settings = {k: v for k, v in _read_config(config).items() if k not in FIT_ONLY}
+    settings = {k: v for k, v in run.config.items() if k not in FIT_ONLY}
     args = ["--config", yaml.safe_dump(settings)]
     if data_dir is not None:
         args += ["--data.data_dir", data_dir]
@@ -132,10 +129,15 @@ def cross_validate(
         raise option_error(err) from err
     model, dm = cli.model, cli.datamodule
     if not isinstance(model, NoisyLabelMethod) or not isinstance(dm, NoisyDataModule):
-        raise InputError(f"{config} does not describe a noisylabels method and dataset")
+        raise InputError(f"{config_path} does not describe a noisylabels method and dataset")
     dm.setup("fit")
     assert dm.train_indices is not None and dm.noisy_labels is not None
     train = dm.train_indices.clone()
+    if not torch.equal(train, run.train_indices):
+        raise InputError(
+            f"the config of {run.path} now gives another training split than the run's; "
+            "point --data.data_dir at the run's data"
+        )
     fold_of = stratified_folds(dm.noisy_labels[train].long(), folds, seed)
     trainer_settings = cli.config.get("trainer")
     if hasattr(trainer_settings, "as_dict"):
@@ -148,6 +150,8 @@ def cross_validate(
     position = torch.full((len(dm.noisy_labels),), -1, dtype=torch.long)
     position[train] = torch.arange(len(train))
     kept = {k: v for k, v in trainer_settings.items() if k in TRAINER_KEYS and v is not None}
+    if log is not None:
+        log(f"training {folds} models on {folds - 1}/{folds} of the training split each")
     start = time.perf_counter()
     levels = _quiet_lightning()
     try:
@@ -164,7 +168,7 @@ def cross_validate(
                 enable_progress_bar=False,
                 enable_model_summary=False,
                 num_sanity_val_steps=0,
-                default_root_dir=str(config.parent),
+                default_root_dir=str(run.path),
             )
             trainer.fit(model, datamodule=dm)
             dm.train_indices = train[fold_of == k]

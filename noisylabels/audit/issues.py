@@ -24,16 +24,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from noisylabels.audit.crossval import OutOfSample, cross_validate
+from noisylabels.audit.crossval import OutOfSample, check_folds, cross_validate
 from noisylabels.audit.gallery import draw_grid
-from noisylabels.audit.run_folder import (
-    CONFIG_FILE,
-    RunFolder,
-    data_class,
-    data_module,
-    load_pt,
-    read_run,
-)
+from noisylabels.audit.run_folder import RunFolder, data_class, data_module, load_pt, read_run
 from noisylabels.audit.scores import (
     DEFAULT_SCORE,
     DYNAMICS_SCORES,
@@ -50,6 +43,7 @@ from noisylabels.data.files import load_image
 from noisylabels.errors import InputError
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.cli import lightning_command
+from noisylabels.run.storage import replacing, save_torch
 
 CSV_FILE = "label_issues.csv"
 GRID_FILE = "label_issues.png"
@@ -133,8 +127,8 @@ def audit(
     top = check_top(top)
     if score not in SCORES:
         raise InputError(f"--score must be one of {', '.join(SCORES)}, got {score!r}")
-    if score == "posterior" and folds < 2:
-        raise InputError(f"--folds must be at least 2 (K-fold cross-validation), got {folds}")
+    if score == "posterior":
+        check_folds(folds)  # before anything is read
     folder = read_run(run)
     dm: NoisyDataModule | None = None
     if grid or issubclass(data_class(folder), ImageFileDataModule):
@@ -217,9 +211,9 @@ def out_of_sample(
     log: Callable[[str], None] | None = None,
 ) -> OutOfSample:
     """The run's K-fold out-of-sample posteriors: read from ``out_of_sample_k{folds}.pt`` in
-    the run folder where an earlier audit left them, else trained and saved there."""
-    if folds < 2:
-        raise InputError(f"--folds must be at least 2 (K-fold cross-validation), got {folds}")
+    the run folder where an earlier audit left them, else trained (:func:`cross_validate`
+    refuses fewer than 2 folds, and a data folder that gives another training split, before
+    training) and saved there."""
     path = folder.path / f"out_of_sample_k{folds}.pt"
     if path.is_file():
         state = load_pt(path)
@@ -234,15 +228,8 @@ def out_of_sample(
                 int(state["seed"]),
                 float(state["seconds"]),
             )
-    if log is not None:
-        log(f"training {folds} models on {folds - 1}/{folds} of the training split each")
-    oos = cross_validate(folder.path / CONFIG_FILE, folds, folder.seed, data_dir, log)
-    if not torch.equal(oos.index, folder.train_indices):
-        raise InputError(
-            f"the config of {folder.path} now gives another training split than the run's; "
-            "point --data.data_dir at the run's data"
-        )
-    torch.save(oos.state(), path)
+    oos = cross_validate(folder, folds, folder.seed, data_dir, log)
+    save_torch(oos.state(), path)
     return oos
 
 
@@ -295,9 +282,9 @@ def _rows(
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
-    """The ranked rows as CSV (a header line even for no rows)."""
+    """The ranked rows as CSV (a header line even for no rows), written atomically."""
     columns = list(rows[0]) if rows else ["rank", "index", "given_label", "predicted_label"]
-    with open(path, "w", newline="") as fh:
+    with replacing(path) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)

@@ -22,10 +22,11 @@ import yaml
 from noisylabels.data import ImageFileDataModule, NoisyDataModule
 from noisylabels.errors import InputError, MissingFileError, load_error_summary
 from noisylabels.run.artifacts import DYNAMICS_FILE
+from noisylabels.run.checkpoints import UNFINISHED
+from noisylabels.run.defaults import CONFIG_FILE
 from noisylabels.run.fit import RESULTS_FILE
 
 NOISE_FILE = "noise.pt"
-CONFIG_FILE = "config.yaml"
 
 
 @dataclass
@@ -149,9 +150,9 @@ def _single_run_below(folder: Path) -> Path:
     if runs:
         listed = ", ".join(str(p) for p in runs[:5]) + (", ..." if len(runs) > 5 else "")
         raise InputError(f"{folder} holds {len(runs)} finished runs; give one of them: {listed}")
-    if (folder / "unfinished.txt").is_file():
+    if (folder / UNFINISHED).is_file():
         raise InputError(
-            f"{folder} is a run that did not finish (unfinished.txt says why); resume it with "
+            f"{folder} is a run that did not finish ({UNFINISHED} says why); resume it with "
             f"`noisylabels fit --config {folder / CONFIG_FILE} --ckpt_path {folder}` and audit "
             "it once it has finished"
         )

@@ -64,7 +64,6 @@ class NoiseRecorder(L.Callback):
 
 def _save_transition(T: torch.Tensor, path: Path) -> None:
     """:func:`~noisylabels.noise.save_transition`, atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     with replacing(path) as tmp:
         save_transition(T, tmp)
 

@@ -23,7 +23,6 @@ import lightning as L
 import torch
 from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from noisylabels.data import NoisyDataModule
@@ -33,7 +32,7 @@ from noisylabels.run import resume
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
 from noisylabels.run.compose import ComposedConfigFile, default_root_dir
-from noisylabels.run.defaults import config_block
+from noisylabels.run.defaults import add_config_text, class_path
 from noisylabels.run.fit import fit_and_test
 from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
 from noisylabels.run.storage import write_text
@@ -62,15 +61,13 @@ class SaveConfigToTensorBoard(SaveConfigCallback):
         if trainer.is_global_zero:
             text = self.parser.dump(self.config, skip_none=False)
             write_text(Path(log_dir) / self.config_filename, text)
-            self.save_config(trainer, pl_module, stage)
+            add_config_text(trainer, text)
             self.already_saved = True
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
     def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        text = self.parser.dump(self.config, skip_none=False)
-        for logger in trainer.loggers:
-            if isinstance(logger, TensorBoardLogger):
-                logger.experiment.add_text("config", config_block(text))
+        """After Lightning's own writing of the config: the config in TensorBoard's text tab."""
+        add_config_text(trainer, self.parser.dump(self.config, skip_none=False))
 
 
 class HelpFormatter(DefaultHelpFormatter):
@@ -318,10 +315,6 @@ _BUILD_FAILED = "Does not validate against any of the Union subtypes"
 _GROUPS = {NoisyLabelMethod: "model", NoisyDataModule: "data"}
 
 
-def _class_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def constructor_error(err: BaseException) -> InputError | None:
     """A ``ValueError`` or ``TypeError`` that the constructor of the method or the data module
     raised (jsonargparse reports it as its own ``ValueError`` raised from it), as an
@@ -332,7 +325,7 @@ def constructor_error(err: BaseException) -> InputError | None:
         return None
     subtypes = re.search(r"Subtypes: \[(.*?)\]", message)
     line = subtypes.group(1) if subtypes else ""
-    named = [(base, g) for base, g in _GROUPS.items() if _class_name(base) in line]
+    named = [(base, g) for base, g in _GROUPS.items() if class_path(base) in line]
     if not named:
         return None
     base, group = named[0]

@@ -140,10 +140,12 @@ class ComposedConfigFile(ActionConfigFile):
                 cfg[dest][-1] = ConfigPath(str(part_path), mode="fr")  # the file, not its text
 
 
-def _class_of(class_path: str) -> type | None:
+def import_class(class_path: str, package: str = "") -> Any:
+    """What ``class_path`` names (``module.Name``; a bare ``Name``: in ``package``); ``None``
+    where its module cannot be imported or has no such name."""
     module, _, name = class_path.rpartition(".")
     try:
-        return getattr(importlib.import_module(module), name, None)
+        return getattr(importlib.import_module(module or package), name, None)
     except ImportError:
         return None
 
@@ -168,7 +170,7 @@ def default_root_dir(config: Any) -> Path:
     model_path, args = _part(config.get("model"))
     if data_path is None or model_path is None:
         return RUNS
-    data_class = _class_of(data_path)
+    data_class = import_class(data_path)
     dataset = getattr(data_class, "name", None) or data_path.rsplit(".", 1)[-1].lower()
     method = model_path.rsplit(".", 1)[-1].lower()
     if args.get("transition") == "estimate" and args.get("estimator") == "dual_t":

@@ -20,7 +20,6 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -33,6 +32,7 @@ from noisylabels.callbacks import SubsetStatistics
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
+from noisylabels.run.storage import write_text
 
 CONFIG_FILE = "config.yaml"
 # the trainer's settings config.yaml records (Trainer arguments a Trainer object still knows)
@@ -102,8 +102,9 @@ def plain(value: Any) -> Any:
 
 
 def class_path(obj: Any) -> str:
-    """``module.ClassName`` of ``obj``'s class."""
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+    """``module.ClassName`` of ``obj``, a class, or else of ``obj``'s class."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _init_args(obj: Any) -> dict[str, Any]:
@@ -159,9 +160,18 @@ def config_block(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
+def add_config_text(trainer: L.Trainer, text: str) -> None:
+    """Show a config's YAML ``text`` in the Text tab (tag ``config``) of each of the trainer's
+    TensorBoard loggers."""
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            logger.experiment.add_text("config", config_block(text))
+
+
 class ConfigRecord(Callback):
-    """Write ``config`` as ``config.yaml`` to the run folder when fitting is set up (process 0;
-    not under ``fast_dev_run``, which writes no run folder), and to TensorBoard's Text tab."""
+    """Write ``config`` as ``config.yaml`` to the run folder (atomically) when fitting is set up
+    (process 0; not under ``fast_dev_run``, which writes no run folder), and to TensorBoard's
+    Text tab."""
 
     def __init__(self, config: Mapping[str, Any], header: str = "") -> None:
         self.config = dict(config)
@@ -170,10 +180,6 @@ class ConfigRecord(Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit" or trainer.fast_dev_run or not trainer.is_global_zero:
             return
-        folder = run_dir(trainer)
-        folder.mkdir(parents=True, exist_ok=True)
         text = self.header + yaml.safe_dump(self.config, sort_keys=False)
-        Path(folder / CONFIG_FILE).write_text(text)
-        for logger in trainer.loggers:
-            if isinstance(logger, TensorBoardLogger):
-                logger.experiment.add_text("config", config_block(text))
+        write_text(run_dir(trainer) / CONFIG_FILE, text)
+        add_config_text(trainer, text)

@@ -10,7 +10,6 @@ class posterior ``p = softmax(z)``.
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,8 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
+
+from noisylabels.run.storage import replacing
 
 PREDICTIONS_FILE = "predictions.csv"
 
@@ -68,7 +69,7 @@ def write_predictions(
     path: Path, index: Tensor, clean: Tensor, noisy: Tensor, probs: Tensor
 ) -> None:
     """Write the rows of ``predictions.csv`` (see the module docstring), once per index, in
-    index order; the file is replaced atomically."""
+    index order; the file is replaced atomically (:func:`~noisylabels.run.storage.replacing`)."""
     index, clean, noisy, probs = (t.cpu() for t in (index, clean, noisy, probs))
     order = torch.argsort(index, stable=True)
     index, clean, noisy, probs = index[order], clean[order], noisy[order], probs[order]
@@ -78,9 +79,7 @@ def write_predictions(
     predicted = probs.argmax(1)
     header = ["index", "label", "noisy_label", "predicted"]
     header += [f"p_{c}" for c in range(probs.shape[1])]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as fh:
+    with replacing(path) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(header)
         for i, y, y_noisy, k, p in zip(
@@ -92,4 +91,3 @@ def write_predictions(
             strict=True,
         ):
             writer.writerow([i, y, y_noisy, k, *(f"{v:.6g}" for v in p)])
-    os.replace(tmp, path)

@@ -19,7 +19,6 @@ labels must be those the checkpoint was trained on (checked by
 
 from __future__ import annotations
 
-import importlib
 import json
 import pickle
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 import torch
 
 from noisylabels.errors import InputError, MissingFileError, load_error_summary
+from noisylabels.run.compose import import_class
 
 LAST = "last"
 CHECKPOINT_FILE = "last.ckpt"
@@ -179,12 +179,7 @@ def changed_options(
     before trainer options were kept)."""
     if not old or not new:
         return {}
-    out = {}
-    for name in sorted(set(old) & set(new)):
-        before, after = _plain(old[name]), _plain(new[name])
-        if before != after:
-            out[f"{prefix}.{name}"] = [before, after]
-    return out
+    return _changes(old, new, set(old) & set(new), prefix)
 
 
 def _class_name(class_path: str | None) -> str | None:
@@ -195,11 +190,9 @@ def _same_class(class_path: str | None, obj: Any) -> bool:
     """Whether ``obj`` is an instance of the class at ``class_path`` (``True`` when unknown)."""
     if not class_path:
         return True
-    module, _, name = str(class_path).rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return type(obj).__name__ == name
+    cls = import_class(str(class_path))
+    if cls is None:  # not importable here: compare the names
+        return type(obj).__name__ == str(class_path).rpartition(".")[2]
     return type(obj) is cls
 
 
@@ -219,10 +212,17 @@ def changed_hparams(old: dict[str, Any] | None, new: Any, prefix: str) -> dict[s
     if not old:
         return {}
     new = dict(new or {})
+    names = {name for name in set(old) | set(new) if not name.startswith("_")}
+    return _changes(old, new, names, prefix)
+
+
+def _changes(
+    old: dict[str, Any], new: dict[str, Any], names: set[str], prefix: str
+) -> dict[str, list[Any]]:
+    """``{"prefix.name": [old value, new value]}`` for the ``names`` whose values differ (a
+    name one side lacks: ``None`` there)."""
     out = {}
-    for name in sorted(set(old) | set(new)):
-        if name.startswith("_"):
-            continue
+    for name in sorted(names):
         before, after = _plain(old.get(name)), _plain(new.get(name))
         if before != after:
             out[f"{prefix}.{name}"] = [before, after]

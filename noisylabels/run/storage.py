@@ -1,13 +1,13 @@
 """Writing a run's files so that a reader never sees half of one, and saying so when the disk
 cannot take them.
 
-Every file a reader may open while a run writes it (``results.json``, ``config.yaml``,
-``noise.pt``, the T files, ``unfinished.txt``, ``sweep_run.json`` and the checkpoints) is
+Every file a reader may open while a run writes it (``results.json``, ``config.yaml``, ``noise.pt``,
+the T files, ``unfinished.txt``, ``predictions.csv``, ``sweep_run.json`` and the checkpoints) is
 written to a temporary file in its own folder (``.STEM.PID.tmp.SUFFIX``) and renamed over the old
 one: a reader sees the previous file or the new one, never a part of it, and a run killed while
-writing leaves the previous file (and at most the hidden temporary one). Checkpoints are
-staged the same way by :class:`AtomicCheckpointIO`, in the run's own folder rather than in
-``$TMPDIR`` (where Lightning's default stages them).
+writing leaves the previous file (and at most the hidden temporary one). Checkpoints are staged the
+same way by :class:`AtomicCheckpointIO`, in the run's own folder rather than in ``$TMPDIR`` (where
+Lightning's default stages them).
 
 A write that fails because the disk is full or the folder is read-only removes its temporary
 file, so no empty or truncated file is left, and raises :class:`~noisylabels.errors.StorageError`
@@ -57,10 +57,17 @@ def _write_file(path: Path, data: bytes) -> None:
 
 @contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary path beside ``path`` to write to; renamed over ``path`` when the block ends
-    without an error, removed otherwise. Disk-full and permission errors become
-    :class:`StorageError`."""
+    """A temporary path beside ``path`` to write to (its folder created first); renamed over
+    ``path`` when the block ends without an error, removed otherwise. Disk-full and permission
+    errors become :class:`StorageError`."""
     path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        found = storage_error(err, path)
+        if found is None:
+            raise
+        raise found from err
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # keeps the suffix
     try:
         yield tmp
@@ -76,13 +83,6 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (creating its folder); return the path."""
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        found = storage_error(err, path)
-        if found is None:
-            raise
-        raise found from err
     with replacing(path) as tmp:
         _write_file(tmp, data)
     return path

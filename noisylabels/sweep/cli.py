@@ -155,9 +155,9 @@ def _slurm_options(args: argparse.Namespace) -> SlurmOptions:
 
 def _summary(sweep: Sweep, states: dict[str, RunState]) -> str:
     """The sweep's first line: how many runs, and how many in each state."""
-    count = {kind: sum(s.kind == kind for s in states.values()) for kind in ("done", "stale")}
+    done = sum(s.kind == "done" for s in states.values())
     text = f"sweep {sweep.name}: {len(states)} run(s) in {display_path(sweep.folder)}, "
-    text += f"{count['done']} finished"
+    text += f"{done} finished"
     for kind, what in (
         ("stale", "finished or stopped with other options (rerun)"),
         ("to resume", "to resume from their last.ckpt"),

@@ -44,14 +44,15 @@ import yaml
 from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, MissingFileError
 from noisylabels.methods import NoisyLabelMethod
-from noisylabels.run.compose import listed_files, read_composed, read_yaml
+from noisylabels.run.checkpoints import LAST
+from noisylabels.run.compose import import_class, listed_files, read_composed, read_yaml
 from noisylabels.run.provenance import command_sha256
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 CONFIG_KEY = "config"
 RESULTS_FILE = "results.json"
 RUN_FILE = "sweep_run.json"
-LAST_CHECKPOINT = "*/version_*/checkpoints/last.ckpt"  # under the run's logger folder
+LAST_CHECKPOINT = f"*/version_*/checkpoints/{LAST}"  # under the run's logger folder
 SECTIONS = ("name", "base", "args", "axes", "rules")
 
 
@@ -296,11 +297,7 @@ def _available(package: str, base: type) -> list[str]:
 
 
 def _resolve_class(name: str, package: str, base: type) -> type | None:
-    module_name, _, attr = name.rpartition(".")
-    try:
-        obj = getattr(importlib.import_module(module_name or package), attr, None)
-    except ImportError:
-        return None
+    obj = import_class(name, package)
     return obj if inspect.isclass(obj) and issubclass(obj, base) else None
 
 

@@ -16,7 +16,6 @@ signal kills them. The SLURM job array is :mod:`noisylabels.sweep.slurm`.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -33,7 +32,7 @@ from typing import Any
 from noisylabels.errors import InputError
 from noisylabels.run.storage import storage_error
 from noisylabels.sweep.grid import RESULTS_FILE, Run, Sweep, display_path
-from noisylabels.sweep.lock import RunLock
+from noisylabels.sweep.lock import RunLock, read_json
 from noisylabels.sweep.records import write_run_file
 
 LOG_FILE = "fit.log"
@@ -51,12 +50,16 @@ class Outcome:
     results and why it did not finish."""
 
     run: Run
-    ok: bool
     seconds: float
     log: Path
     results: dict[str, Any] | None = None
     reason: str = ""
     kind: str = "finished"
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run finished."""
+        return self.kind == "finished"
 
 
 class SweepStopped(Exception):
@@ -92,12 +95,9 @@ def format_duration(seconds: float) -> str:
 
 def read_results(folder: Path) -> dict[str, Any] | None:
     """The newest ``results.json`` under ``folder``, or ``None`` (also where it cannot be
-    read)."""
+    read: :func:`~noisylabels.sweep.lock.read_json`)."""
     found = sorted(folder.rglob(RESULTS_FILE), key=lambda p: p.stat().st_mtime)
-    try:
-        return json.loads(found[-1].read_text()) if found else None
-    except (OSError, ValueError):
-        return None
+    return read_json(found[-1]) if found else None
 
 
 class Progress:
@@ -157,7 +157,7 @@ def run_process(
     busy = lock.acquire()
     if busy is not None:
         reason = f"being written by {busy}; left alone"
-        return Outcome(run, False, 0.0, log, reason=reason, kind="busy")
+        return Outcome(run, 0.0, log, reason=reason, kind="busy")
     try:
         command = [*FIT_COMMAND, *run.fit_args(extra, resume=resume)]
         write_run_file(sweep, run, command, run.command_sha256(extra))
@@ -184,11 +184,11 @@ def run_process(
     seconds = time.perf_counter() - start
     results = read_results(run.folder)
     if code != 0:
-        return Outcome(run, False, seconds, log, reason=f"exit status {code}", kind="failed")
+        return Outcome(run, seconds, log, reason=f"exit status {code}", kind="failed")
     if results is None:
         reason = f"no {RESULTS_FILE} written"
-        return Outcome(run, False, seconds, log, reason=reason, kind="failed")
-    return Outcome(run, True, seconds, log, results)
+        return Outcome(run, seconds, log, reason=reason, kind="failed")
+    return Outcome(run, seconds, log, results)
 
 
 def _signal(process: subprocess.Popen, signum: int) -> None:
@@ -234,7 +234,7 @@ def run_local(
     def launch(run: Run, resume_run: bool | None) -> Outcome:
         log = run.folder / LOG_FILE
         if stopping.is_set():
-            return Outcome(run, False, 0.0, log, reason="not started", kind="not started")
+            return Outcome(run, 0.0, log, reason="not started", kind="not started")
         with lock:
             slot = free_slots.pop(0)
         env = dict(base_env)
@@ -244,7 +244,7 @@ def run_local(
             outcome = run_process(sweep, run, extra, env, started, resume_run)
         except OSError as err:  # the run folder cannot be written
             reason = str(storage_error(err) or err)
-            outcome = Outcome(run, False, 0.0, log, reason=reason, kind="failed")
+            outcome = Outcome(run, 0.0, log, reason=reason, kind="failed")
         finally:
             with lock:
                 free_slots.append(slot)

@@ -40,12 +40,19 @@ class Holder:
         return f"PID {self.pid}{where}{by}{since}"
 
 
-def _read(path: Path) -> Holder:
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; ``None`` where there is none to read (no file, an empty,
+    damaged or half-written one, or JSON that is not an object). A sweep reads the files of
+    its runs with it (``run.lock``, ``sweep_run.json``, ``results.json``)."""
     try:
-        content: Any = json.loads(path.read_text() or "{}")
+        content = json.loads(path.read_text())
     except (OSError, ValueError):
-        content = {}
-    content = content if isinstance(content, dict) else {}
+        return None
+    return content if isinstance(content, dict) else None
+
+
+def _read(path: Path) -> Holder:
+    content = read_json(path) or {}
     pid = content.get("pid")
     return Holder(
         pid if isinstance(pid, int) else None,

@@ -20,19 +20,17 @@ done with others (a trial with fewer epochs, an edited preset):
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from noisylabels.run.checkpoints import LAST
 from noisylabels.run.provenance import command_identity
 from noisylabels.run.storage import write_json
 from noisylabels.sweep.grid import RESULTS_FILE, RUN_FILE, Run, Sweep, display_path
-from noisylabels.sweep.lock import holder
-
-LAST_CHECKPOINT = "last.ckpt"
+from noisylabels.sweep.lock import holder, read_json
 
 
 def write_run_file(sweep: Sweep, run: Run, command: Sequence[str], sha256: str) -> None:
@@ -47,14 +45,6 @@ def write_run_file(sweep: Sweep, run: Run, command: Sequence[str], sha256: str) 
         "written": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     write_json(run.folder / RUN_FILE, record)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        content = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return content if isinstance(content, dict) else None
 
 
 def _newest(paths: Sequence[Path]) -> Path | None:
@@ -124,7 +114,7 @@ def run_state(run: Run, extra: Sequence[str] = ()) -> RunState:
     results = _newest(list(run.folder.rglob(RESULTS_FILE)))
     stale_note = ""
     if results is not None:
-        content = _read_json(results)
+        content = read_json(results)
         provenance = (content or {}).get("provenance") or {}
         recorded = provenance.get("command_sha256") if isinstance(provenance, dict) else None
         if content is None:
@@ -135,12 +125,12 @@ def run_state(run: Run, extra: Sequence[str] = ()) -> RunState:
             return RunState("done")
         else:
             stale_note = f"finished with {describe_difference(provenance.get('command'), planned)}"
-    checkpoints = [p for p in run.folder.rglob(LAST_CHECKPOINT) if p.parent.name == "checkpoints"]
+    checkpoints = [p for p in run.folder.rglob(LAST) if p.parent.name == "checkpoints"]
     partial = _newest(checkpoints)
     if partial is not None and (
         results is None or partial.stat().st_mtime > results.stat().st_mtime
     ):
-        record = _read_json(run.folder / RUN_FILE) or {}
+        record = read_json(run.folder / RUN_FILE) or {}
         launched = record.get("command_sha256")
         if launched is None or launched == sha:  # unknown (an older sweep) or this command
             return RunState("to resume", resume=True)

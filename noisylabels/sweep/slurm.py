@@ -133,7 +133,21 @@ def slurm_script(
 ) -> str:
     """The text of a SLURM job-array script running ``runs``, one per array task;
     ``resume``: which runs continue from their ``last.ckpt`` at their first start."""
+    return _script(sweep, runs, extra, opts, resume)[0]
+
+
+def _script(
+    sweep: Sweep,
+    runs: Sequence[Run],
+    extra: Sequence[str],
+    opts: SlurmOptions,
+    resume: Sequence[bool] | None,
+) -> tuple[str, list[tuple[list[str], str]]]:
+    """:func:`slurm_script`'s text, and each run's ``noisylabels fit`` arguments (without
+    ``--ckpt_path``) with their hash (:meth:`~noisylabels.sweep.grid.Run.command_sha256`),
+    computed once for the script and the runs' ``sweep_run.json``."""
     setup = check_options(sweep, opts)
+    planned = [(run.fit_args(extra, resume=False), run.command_sha256(extra)) for run in runs]
     resume = list(resume) if resume is not None else [False] * len(runs)
     folder = sweep.folder / "slurm"
     array = f"0-{len(runs) - 1}" + (f"%{opts.max_parallel}" if opts.max_parallel else "")
@@ -168,12 +182,11 @@ def slurm_script(
         'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
         'case "${SLURM_ARRAY_TASK_ID}" in',
     ]
-    for i, run in enumerate(runs):
-        args = run.fit_args(extra, resume=False)
+    for i, (run, (args, sha256)) in enumerate(zip(runs, planned, strict=True)):
         command = shlex.join(["noisylabels", *args])
         lines.append(
             f"  {i}) folder={shlex.quote(display_path(run.folder))}; "
-            f"hash={run.command_sha256(extra)}; resume={int(resume[i])}; set -- {command} ;;"
+            f"hash={sha256}; resume={int(resume[i])}; set -- {command} ;;"
         )
     lines += [
         '  *) echo "no run for array task ${SLURM_ARRAY_TASK_ID}" >&2; exit 2 ;;',
@@ -203,7 +216,7 @@ def slurm_script(
         'if [ "$resume" = 1 ]; then set -- "$@" --ckpt_path last; fi',
         'srun "$@"',
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", planned
 
 
 def write_slurm(
@@ -220,11 +233,10 @@ def write_slurm(
     run's ``sweep_run.json``); with ``submit``, submit it with ``sbatch``. Returns the script."""
     if submit and shutil.which("sbatch") is None:
         raise InputError("--submit needs SLURM's sbatch on PATH; submit the written script there")
-    text = slurm_script(sweep, runs, extra, opts, resume)
+    text, planned = _script(sweep, runs, extra, opts, resume)
     script = write_text(sweep.folder / "slurm" / SCRIPT, text)
-    for run in runs:
-        args = run.fit_args(extra, resume=False)
-        write_run_file(sweep, run, ["noisylabels", *args], run.command_sha256(extra))
+    for run, (args, sha256) in zip(runs, planned, strict=True):
+        write_run_file(sweep, run, ["noisylabels", *args], sha256)
     print_fn(f"wrote {display_path(script)}: a job array of {len(runs)} task(s)")
     if submit:
         out = subprocess.run(["sbatch", str(script)], capture_output=True, text=True)

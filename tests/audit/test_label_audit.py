@@ -170,6 +170,29 @@ def test_posterior_cross_validates_once(digits_run, monkeypatch: pytest.MonkeyPa
     assert again.rows == first.rows
 
 
+def test_another_training_split_is_refused_before_any_fold_trains(
+    digits_run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A config that now gives another training split than the run's (e.g. other data under
+    its data_dir) is refused before the K models are built or trained."""
+    from noisylabels.audit import crossval
+    from noisylabels.audit.run_folder import read_run
+
+    folder = read_run(digits_run)
+    folder.noise["train_indices"] = folder.noise["train_indices"][1:]  # the run's split differs
+
+    def no_folds(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("folds were built before the training split was checked")
+
+    monkeypatch.setattr(crossval, "stratified_folds", no_folds)
+    said: list[str] = []
+    with pytest.raises(InputError, match="now gives another training split than the run's"):
+        crossval.cross_validate(folder, 2, folder.seed, log=said.append)
+    assert said == []
+    with pytest.raises(InputError, match="--folds must be at least 2"):
+        crossval.cross_validate(folder, 1, folder.seed)
+
+
 def test_a_label_file_run(tmp_path: Path) -> None:
     """Labels from a file: the dataset's own labels are the true ones."""
     from noisylabels.data import DigitsDataModule
