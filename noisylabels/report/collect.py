@@ -29,6 +29,7 @@ import yaml
 
 from noisylabels.errors import InputError, MissingFileError
 
+# the run files of run/ and sweep/, named again here: a report reads them without torch
 RESULTS_FILE = "results.json"
 RUN_FILE = "sweep_run.json"
 CONFIG_FILE = "config.yaml"

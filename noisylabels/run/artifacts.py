@@ -24,6 +24,7 @@ ESTIMATE_FILE = "transition_estimate.csv"
 ERROR_FILE = "transition_estimate.json"
 HP_METRIC = "hp_metric"  # the metric of TensorBoard's HParams tab
 DYNAMICS_FILE = "sample_dynamics.pt"
+NOISE_FILE = "noise.pt"
 DYNAMICS_VERSION = 1
 
 __all__ = [
@@ -55,7 +56,7 @@ class NoiseRecorder(L.Callback):
             return
         out = run_dir(trainer)
         state = datamodule.noise_state()
-        save_torch(state, out / "noise.pt")
+        save_torch(state, out / NOISE_FILE)
         if state.get("transition") is not None:
             _save_transition(state["transition"], out / "transition.csv")
         elif state.get("empirical_transition") is not None:
