@@ -39,7 +39,6 @@ from noisylabels.noise import data_facts_of
 
 # columns of the running sums after the C posterior columns
 SUM_COLUMNS = ("loss", "margin", "weight", "loss_epochs", "weight_epochs")
-_LOSS, _MARGIN, _WEIGHT, _N_LOSS, _N_WEIGHT = range(len(SUM_COLUMNS))
 
 
 def margins(logits: Tensor, labels: Tensor) -> Tensor:
