@@ -28,7 +28,7 @@ SUBSETS = ("mislabeled", "correct")
 LOSSES = ("loss", "ce_noisy", "ce_clean")
 PREFIX = "subsets"
 
-CSV_FILE = "subsets.csv"
+CSV_FILE = "subsets.csv"  # in the run folder: "epoch" (from 0), then a column per tag
 EPOCH_COLUMN = "epoch"
 
 # columns after the C logits of the per-sample buffer
