@@ -16,7 +16,9 @@ sample ``i`` with logits ``z`` of the step that trained on it, clean posterior
 A training step costs nothing but keeping references to the detached values its
 :class:`~noisylabels.methods.core.step.StepOutput` records already hold (no kernel, no host
 sync); once per epoch they are written into a per-sample buffer
-(:func:`~noisylabels.callbacks.subset_stats.fill_buffer`), summed across processes and added
+(:func:`~noisylabels.callbacks.subset_stats.fill_buffer`), summed across processes (once for
+this callback and :class:`~noisylabels.callbacks.SubsetStatistics` together, see
+:meth:`~noisylabels.callbacks.subset_stats.StepRecords.gather_records`) and added
 to the running sums, which the run's checkpoints keep (a resumed run ends with the sums of an
 uninterrupted one). :mod:`noisylabels.run` writes them to the run folder as
 ``sample_dynamics.pt`` when the fit ends.
@@ -37,7 +39,6 @@ from noisylabels.noise import data_facts_of
 
 # columns of the running sums after the C posterior columns
 SUM_COLUMNS = ("loss", "margin", "weight", "loss_epochs", "weight_epochs")
-_LOSS, _MARGIN, _WEIGHT, _N_LOSS, _N_WEIGHT = range(len(SUM_COLUMNS))
 
 
 def margins(logits: Tensor, labels: Tensor) -> Tensor:
@@ -122,7 +123,7 @@ class SampleDynamics(StepRecords):
             self.epochs = int(state.get("epochs", 0))
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.clear_records()
+        self.start_epoch()
 
     # ------------------------------------------------------------------ recording
     def on_train_batch_end(
@@ -140,7 +141,7 @@ class SampleDynamics(StepRecords):
         if self._sums is None or self._buffer is None or self._labels is None:
             return
         with torch.no_grad():
-            buffer = trainer.strategy.reduce(self.take_records(self._buffer), reduce_op="sum")
+            buffer = self.gather_records(trainer, self._buffer)
             self._sums += epoch_values(buffer.float(), self._labels)
         self.epochs += 1
 

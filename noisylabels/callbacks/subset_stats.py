@@ -28,7 +28,7 @@ SUBSETS = ("mislabeled", "correct")
 LOSSES = ("loss", "ce_noisy", "ce_clean")
 PREFIX = "subsets"
 
-CSV_FILE = "subsets.csv"
+CSV_FILE = "subsets.csv"  # in the run folder: "epoch" (from 0), then a column per tag
 EPOCH_COLUMN = "epoch"
 
 # columns after the C logits of the per-sample buffer
@@ -107,7 +107,8 @@ class StepRecords(L.Callback):
     """Base of the callbacks that keep one network's per-sample records of a training epoch
     (:class:`SubsetStatistics`, :class:`SampleDynamics`): ``(index, logits, losses)`` and
     ``(index, weights, used)`` of every step, as references, written into a per-sample buffer
-    once at the epoch's end (:meth:`take_records`).
+    and summed across processes once at the epoch's end (:meth:`gather_records`), once for all
+    the callbacks of a trainer that recorded the same steps.
 
     Args:
         network: which network's steps to record, for methods that train several (0: the
@@ -121,6 +122,8 @@ class StepRecords(L.Callback):
         self._loss_records: list[tuple[Tensor, Tensor, Tensor]] = []
         self._weight_records: list[tuple[Tensor, Tensor, Tensor | None]] = []
         self._warned = False
+        # this epoch's gathered records, for the other StepRecords of the trainer: (key, sums)
+        self._gathered: tuple[tuple[Any, ...], Tensor] | None = None
 
     def record_steps(self, outputs: Any, losses: bool = True) -> None:
         """Keep this step's records of :attr:`network` (the losses only if ``losses``); a step
@@ -144,12 +147,52 @@ class StepRecords(L.Callback):
     def clear_records(self) -> None:
         self._loss_records, self._weight_records = [], []
 
+    def start_epoch(self) -> None:
+        """Drop the records and the gathered sums of the epoch before (at a training epoch's
+        start)."""
+        self.clear_records()
+        self._gathered = None
+
     def take_records(self, buffer: Tensor) -> Tensor:
         """This epoch's records written into ``buffer`` (see :func:`fill_buffer`); the records
         are cleared."""
         buffer = fill_buffer(buffer, self._loss_records, self._weight_records)
         self.clear_records()
         return buffer
+
+    def gather_records(self, trainer: L.Trainer, buffer: Tensor, shared: bool = True) -> Tensor:
+        """This epoch's records written into ``buffer`` and summed across processes; the
+        records are cleared. Do not modify the result: it may be another callback's.
+
+        ``shared``: the records are those of every training step of :attr:`network` in this
+        epoch, losses included (nothing else added), so every :class:`StepRecords` of the
+        trainer that says so for the same network and buffer shape in the same epoch holds the
+        same sums. The first of them fills and reduces its buffer; the others return its sums
+        (one fill and one all-reduce per epoch, however many callbacks read them). The choice
+        depends only on the callbacks and the epoch, so every process makes the same one."""
+        # every callback of a Trainer; a stand-in trainer without callbacks has no others
+        others = [
+            c
+            for c in getattr(trainer, "callbacks", None) or ()
+            if isinstance(c, StepRecords) and c is not self
+        ]
+        key = None
+        if shared and others:
+            key = (
+                trainer.current_epoch,
+                trainer.global_step,
+                self.network,
+                tuple(buffer.shape),
+                buffer.dtype,
+                buffer.device,
+            )
+            for other in others:
+                if other._gathered is not None and other._gathered[0] == key:
+                    self.clear_records()
+                    return other._gathered[1]
+        gathered = trainer.strategy.reduce(self.take_records(buffer), reduce_op="sum")
+        self._gathered = None if key is None else (key, gathered)
+        return gathered
 
 
 def fill_buffer(

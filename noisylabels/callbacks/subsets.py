@@ -87,8 +87,10 @@ class SubsetStatistics(StepRecords):
     Co-teaching, gives weights only to those).
 
     Under multi-process training every process records the samples it trained on and the
-    per-sample buffers are summed across processes once per epoch; a sample seen by several
-    processes (sampler padding) counts once.
+    per-sample buffers are summed across processes once per epoch (with ``source:
+    train_step``, once for this callback and a :class:`~noisylabels.callbacks.SampleDynamics`
+    of the same network together); a sample seen by several processes (sampler padding) counts
+    once.
     """
 
     def __init__(
@@ -174,7 +176,7 @@ class SubsetStatistics(StepRecords):
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._active = self._buffer is not None and self._records(trainer)
-        self.clear_records()
+        self.start_epoch()
 
     # ------------------------------------------------------------------ recording
     def on_train_batch_end(
@@ -203,7 +205,8 @@ class SubsetStatistics(StepRecords):
         self._active = False
         if self.source == "pass":
             self._training_pass(trainer, pl_module)
-        buffer = trainer.strategy.reduce(self.take_records(self._buffer), reduce_op="sum")
+        shared = self.source == "train_step"  # the steps' records only
+        buffer = self.gather_records(trainer, self._buffer, shared=shared)
         posterior = None if _is_identity_posterior(pl_module) else pl_module.noisy_posterior
         histograms = self.histograms and bool(self._tensorboards(trainer))
         with torch.no_grad(), _single_thread(buffer.device):

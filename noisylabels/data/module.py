@@ -253,7 +253,7 @@ class NoisyDataModule(L.LightningDataModule):
         batches."""
         assert self.data is not None and self.label_source is not None, "call setup() first"
         assert self.noisy_labels is not None and self.train_indices is not None
-        rate = self.label_source.noise_info().get("rate_nominal")
+        rate = self.label_source.rate_nominal  # read per evaluation batch: nothing measured
         return DataFacts(
             num_classes=self.num_classes,
             noise_type=self.noise_type,

@@ -95,7 +95,8 @@ class LabelSource(ABC):
     ``make_labels(clean, num_classes)`` returns one noisy label per training sample (``clean``
     holds ``-1`` where the clean label is unknown); afterwards :attr:`transition` is the true
     class-level T where one exists (row-stochastic, ``T[i, j] = P(noisy=j | clean=i)``) and
-    :meth:`noise_info` summarises the noise for results.
+    :meth:`noise_info` summarises the noise for results. :attr:`rate_nominal` is known before
+    the labels are made; :attr:`rate_actual` is measured on them each time it is read.
     """
 
     kind: ClassVar[str] = "base"
@@ -129,17 +130,19 @@ class LabelSource(ABC):
         return int((self._require()[0] >= 0).sum())
 
     @property
+    def rate_nominal(self) -> float | None:
+        """The noise rate the source was asked for (``None`` by default: labels from a file or
+        shipped with the dataset have none)."""
+        return None
+
+    @property
     def rate_actual(self) -> float | None:
         """Measured fraction of flipped labels among the samples with a known clean label
-        (``None`` where no clean label is known)."""
+        (``None`` where no clean label is known). A pass over every label: read it for a
+        summary, not per batch (:attr:`rate_nominal` costs nothing)."""
         clean, noisy, _ = self._require()
-        key = (clean, clean._version, noisy, noisy._version)  # read per evaluation batch: cached
-        cached = getattr(self, "_rate_cache", None)
-        if cached is None or any(x is not y for x, y in zip(cached[0], key, strict=True)):
-            known = clean >= 0
-            rate = noise_rate(clean[known], noisy[known]) if bool(known.any()) else None
-            self._rate_cache = cached = (key, rate)
-        return cached[1]
+        known = clean >= 0
+        return noise_rate(clean[known], noisy[known]) if bool(known.any()) else None
 
     def empirical_transition(self) -> Tensor | None:
         """Row-stochastic measured T over the samples with a known clean label (``None`` where
@@ -199,11 +202,16 @@ class SyntheticNoise(LabelSource):
         )
         return noisy
 
+    @property
+    def rate_nominal(self) -> float:
+        """The configured rate ``rate``."""
+        return self.rate
+
     def noise_info(self) -> dict[str, Any]:
         """``type``, ``rate_nominal``, ``rate_actual`` and the noise ``seed``."""
         return {
             "type": self.noise_type,
-            "rate_nominal": self.rate,
+            "rate_nominal": self.rate_nominal,
             "rate_actual": self.rate_actual,
             "seed": self.seed,
         }
@@ -230,7 +238,7 @@ class FileLabels(LabelSource):
             "type": "file",
             "file": str(self.path),
             "key": self.key,
-            "rate_nominal": None,
+            "rate_nominal": self.rate_nominal,
             "rate_actual": self.rate_actual,
         }
 
@@ -261,7 +269,7 @@ class ShippedLabels(LabelSource):
         and how many those are (``clean_known``)."""
         return {
             "type": "real",
-            "rate_nominal": None,
+            "rate_nominal": self.rate_nominal,
             "rate_actual": self.rate_actual,
             "clean_known": self.clean_known,
         }

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from noisylabels.callbacks.subset_stats import CSV_FILE
 from noisylabels.report.writing import out_error
 
 KINDS = ("loss", "posteriors")
 SUFFIXES = (".png", ".pdf", ".svg")
 MARKER = "subsets/loss_mean/correct"  # a tag every run with the callback has
-CSV_FILE = "subsets.csv"  # SubsetStatistics' file in the run folder: "epoch" (from 0), then tags
 STYLE = {  # the paper's colours: correct = blue dashed, mislabeled = orange solid
     "correct": {"color": "tab:blue", "linestyle": "--", "label": "correctly labeled"},
     "mislabeled": {"color": "tab:orange", "linestyle": "-", "label": "mislabeled"},

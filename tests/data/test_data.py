@@ -276,6 +276,43 @@ def test_noise_file_round_trip(tmp_path: Path) -> None:
         bad.setup("fit")
 
 
+def test_training_and_validation_never_measure_the_noise_rate(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Methods read the data facts per validation batch: those give the label source's nominal
+    rate, and the measured one (a pass over every label) is left to the run's summary."""
+    from noisylabels.methods import CE
+    from noisylabels.noise import labels
+
+    measured: list[int] = []
+    noise_rate = labels.noise_rate
+
+    def counting(*args: torch.Tensor) -> float:
+        measured.append(1)
+        return noise_rate(*args)
+
+    monkeypatch.setattr(labels, "noise_rate", counting)
+    dm = DigitsDataModule(noise_type="pair", noise_rate=0.3, batch_size=32)
+    model = CE(backbone="mlp", input_shape=(1, 8, 8), backbone_kwargs={"hidden": [16]})
+    trainer = L.Trainer(
+        max_epochs=1,
+        limit_train_batches=2,
+        limit_val_batches=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(model, datamodule=dm)
+    assert dm.data_facts().noise_rate == 0.3
+    assert measured == []
+    flipped = (dm.noisy_labels != dm.clean_labels).float().mean().item()
+    assert dm.noise_info()["rate_actual"] == pytest.approx(flipped)
+    assert len(measured) == 1
+
+
 def test_random_crop_is_a_window_of_the_padded_image() -> None:
     x = torch.rand(8, 3, 6, 6)
     out = random_crop(x, padding=2, generator=torch.Generator().manual_seed(0))

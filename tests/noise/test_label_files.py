@@ -120,6 +120,8 @@ def test_label_sources_describe_their_noise(tmp_path: Path) -> None:
         "rate_actual": pytest.approx(1 / 3),
         "clean_known": 3,
     }
+    # the nominal rate: the synthetic source's configured one, none for the others
+    assert (synthetic.rate_nominal, source.rate_nominal, shipped.rate_nominal) == (0.4, None, None)
     T = shipped.empirical_transition()
     assert T[3, 3] == 1 and T[1].tolist() == [0.0, 0.5, 0.5, 0.0] and T[0, 0] == 1  # no sample
     with pytest.raises(InputError, match="ships 5 noisy labels for 4"):

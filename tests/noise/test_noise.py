@@ -478,9 +478,9 @@ def test_transition_condition() -> None:
     assert transition_condition(nan).describe() == "non-finite entries (nan or inf)"
 
 
-def test_the_measured_rate_follows_the_labels_it_is_cached_for() -> None:
-    """``rate_actual`` is read per evaluation batch and cached; a label changed in place or a
-    new label tensor is measured again."""
+def test_the_measured_rate_follows_the_labels() -> None:
+    """``rate_actual`` is measured on the labels as they are when it is read: a label changed
+    in place or a new label tensor is measured again."""
     from noisylabels.noise import SyntheticNoise
 
     source = SyntheticNoise("symmetric", 0.2, seed=0)
