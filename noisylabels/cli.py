@@ -4,7 +4,7 @@
 ``plot``, ``sweep``, ``report`` and ``audit`` are the project's own
 (:mod:`noisylabels.report.plot`, :mod:`noisylabels.sweep.cli`, :mod:`noisylabels.report.cli`,
 :mod:`noisylabels.audit.cli`). Each subcommand's module is
-imported only when it runs, so ``noisylabels report`` starts without loading Lightning.
+imported only when it runs (the command itself loads Lightning first, for its SIGTERM exit).
 
 User errors (:class:`~noisylabels.errors.NoisyLabelsError`) end the command with one paragraph
 and their exit status (2; 3 for a diverged run), SIGTERM with status 143; ``--debug`` or
