@@ -43,11 +43,16 @@ from torch import Tensor
 from noisylabels.errors import InputError
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.provenance import labels_sha256
-from noisylabels.run.resume import TRAINER_OPTIONS, changed_hparams, changed_options
+from noisylabels.run.resume import (
+    CHECKPOINT_FILE,
+    TRAINER_OPTIONS,
+    changed_hparams,
+    changed_options,
+)
 from noisylabels.run.stops import StopSignals
 from noisylabels.run.storage import AtomicCheckpointIO, write_text
 
-LAST = "last.ckpt"
+LAST = CHECKPOINT_FILE  # "last.ckpt", named once in run.resume (which --ckpt_path last finds)
 UNFINISHED = "unfinished.txt"
 # what a run folder holds before its first checkpoint: such a folder is removed when it fails
 SETUP_ARTIFACTS = {

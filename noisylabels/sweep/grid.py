@@ -46,11 +46,11 @@ from noisylabels.errors import InputError, MissingFileError
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run.checkpoints import LAST
 from noisylabels.run.compose import import_class, listed_files, read_composed, read_yaml
+from noisylabels.run.fit import RESULTS_FILE
 from noisylabels.run.provenance import command_sha256
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 CONFIG_KEY = "config"
-RESULTS_FILE = "results.json"
 RUN_FILE = "sweep_run.json"
 LAST_CHECKPOINT = f"*/version_*/checkpoints/{LAST}"  # under the run's logger folder
 SECTIONS = ("name", "base", "args", "axes", "rules")
