@@ -222,3 +222,23 @@ def real_mnist_dir() -> Path | None:
         return None
     path = Path(value)
     return path if (path / "MNIST" / "raw" / "train-images-idx3-ubyte").is_file() else None
+
+
+def synthetic_facts(
+    num_classes: int, noisy: Any, clean: Any, train_indices: Any, noise_rate: float
+) -> Any:
+    """The data facts of synthetic symmetric noise on ``noisy``/``clean`` labels, no true T
+    and no evaluation batches: what a callback reads of a stand-in data module."""
+    from noisylabels.noise import DataFacts
+
+    return DataFacts(
+        num_classes=num_classes,
+        noise_type="symmetric",
+        noise_rate=noise_rate,
+        transition=None,
+        clean_validation=False,
+        noisy_labels=noisy,
+        clean_labels=clean,
+        train_indices=train_indices,
+        eval_batches=lambda *args: iter(()),
+    )

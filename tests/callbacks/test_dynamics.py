@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from noisylabels.callbacks import SampleDynamics
 from noisylabels.callbacks.dynamics import margins
 from noisylabels.methods import CE, StepOutput
-from noisylabels.noise import DataFacts
 
-from conftest import CONFIGS
+from conftest import CONFIGS, synthetic_facts
 
 NOISY = torch.tensor([0, 2, 1, 0, 1])
 N, C = len(NOISY), 3
@@ -42,17 +41,8 @@ def _step(indices: list[int], logits: list[list[float]], weights: list[float], u
 
 
 def _stub(reduce: Any = None) -> Any:
-    facts = DataFacts(
-        num_classes=C,
-        noise_type="symmetric",
-        noise_rate=0.2,
-        transition=None,
-        clean_validation=False,
-        noisy_labels=NOISY,
-        clean_labels=NOISY,
-        train_indices=torch.arange(4),  # sample 4: the validation split, never trained on
-        eval_batches=lambda *args: iter(()),
-    )
+    # sample 4: the validation split, never trained on
+    facts = synthetic_facts(C, NOISY, NOISY, torch.arange(4), 0.2)
     strategy = SimpleNamespace(reduce=reduce or (lambda t, reduce_op: t))
     return SimpleNamespace(datamodule=SimpleNamespace(data_facts=lambda: facts), strategy=strategy)
 

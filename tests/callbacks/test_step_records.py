@@ -18,7 +18,8 @@ from noisylabels.callbacks import SampleDynamics, SubsetStatistics, subset_stats
 from noisylabels.callbacks.subset_stats import StepRecords
 from noisylabels.data import DigitsDataModule
 from noisylabels.methods import CE, StepOutput
-from noisylabels.noise import DataFacts
+
+from conftest import synthetic_facts
 
 CLEAN = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
 NOISY = torch.tensor([0, 2, 2, 0, 0, 2, 1, 1])
@@ -70,17 +71,7 @@ MODULE = _module()
 
 
 def _trainer(callbacks: list[StepRecords], reduce: Any) -> Any:
-    facts = DataFacts(
-        num_classes=C,
-        noise_type="symmetric",
-        noise_rate=0.3,
-        transition=None,
-        clean_validation=False,
-        noisy_labels=NOISY,
-        clean_labels=CLEAN,
-        train_indices=torch.arange(N - 1),
-        eval_batches=lambda *args: iter(()),
-    )
+    facts = synthetic_facts(C, NOISY, CLEAN, torch.arange(N - 1), 0.3)
     return SimpleNamespace(
         datamodule=SimpleNamespace(data_facts=lambda: facts),
         strategy=SimpleNamespace(reduce=reduce),

@@ -23,9 +23,8 @@ from noisylabels.callbacks.subsets import tag
 from noisylabels.data import DigitsDataModule
 from noisylabels.data.loaded import LoadedData
 from noisylabels.methods import CE, StepOutput
-from noisylabels.noise import DataFacts
 
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS, REPO, synthetic_facts
 
 CALLBACK = "noisylabels.callbacks.SubsetStatistics"
 # the callback list on the command line, whatever the config lists
@@ -84,17 +83,7 @@ def _step(
 
 
 def _stub(epoch: int = 0, max_epochs: int = 5, rank: int = 0, reduce: Any = None) -> Any:
-    facts = DataFacts(
-        num_classes=3,
-        noise_type="symmetric",
-        noise_rate=0.5,
-        transition=None,
-        clean_validation=False,
-        noisy_labels=NOISY,
-        clean_labels=CLEAN,
-        train_indices=torch.arange(8),
-        eval_batches=lambda *args: iter(()),
-    )
+    facts = synthetic_facts(3, NOISY, CLEAN, torch.arange(8), 0.5)
     datamodule = SimpleNamespace(data_facts=lambda: facts)
     strategy = SimpleNamespace(reduce=reduce or (lambda t, reduce_op: t))
     return SimpleNamespace(
