@@ -242,3 +242,27 @@ def synthetic_facts(
         train_indices=train_indices,
         eval_batches=lambda *args: iter(()),
     )
+
+
+class TwoThreadAllReduce:
+    """A stand-in of ``strategy.reduce(tensor, reduce_op="sum")`` for two threads playing two
+    processes: ``reducer(rank)`` is rank's ``reduce``; each call waits for the other rank's and
+    returns the sum of both tensors. ``calls[rank]`` counts rank's calls."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._barrier = threading.Barrier(2)
+        self._deposited: dict[int, torch.Tensor] = {}
+        self.calls = {0: 0, 1: 0}
+
+    def reducer(self, rank: int) -> Callable[..., torch.Tensor]:
+        def reduce(tensor: torch.Tensor, reduce_op: str) -> torch.Tensor:
+            self.calls[rank] += 1
+            self._deposited[rank] = tensor.clone()
+            self._barrier.wait(timeout=30)
+            total = self._deposited[0] + self._deposited[1]
+            self._barrier.wait(timeout=30)
+            return total
+
+        return reduce

@@ -16,7 +16,7 @@ from noisylabels.callbacks import SampleDynamics
 from noisylabels.callbacks.dynamics import margins
 from noisylabels.methods import CE, StepOutput
 
-from conftest import CONFIGS, synthetic_facts
+from conftest import CONFIGS, TwoThreadAllReduce, synthetic_facts
 
 NOISY = torch.tensor([0, 2, 1, 0, 1])
 N, C = len(NOISY), 3
@@ -146,20 +146,10 @@ def test_a_resumed_fit_ends_with_the_sums_of_an_uninterrupted_one() -> None:
 
 def test_two_processes_hold_the_same_sums() -> None:
     """Each process trains on its share; sample 0 on both (padding) counts once per epoch."""
-    barrier, deposited = threading.Barrier(2), {}
-
-    def all_reduce_sum(rank: int) -> Any:
-        def reduce(tensor: torch.Tensor, reduce_op: str) -> torch.Tensor:
-            deposited[rank] = tensor.clone()
-            barrier.wait(timeout=30)
-            total = deposited[0] + deposited[1]
-            barrier.wait(timeout=30)
-            return total
-
-        return reduce
+    all_reduce = TwoThreadAllReduce()
 
     callbacks = [SampleDynamics(), SampleDynamics()]
-    trainers = [_stub(all_reduce_sum(r)) for r in (0, 1)]
+    trainers = [_stub(all_reduce.reducer(r)) for r in (0, 1)]
     # epoch 0 as above, split by step; epoch 1 likewise, with sample 0 repeated on rank 1
     shards = [
         [[EPOCHS[0][0]], [EPOCHS[0][1]]],

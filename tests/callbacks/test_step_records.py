@@ -19,7 +19,7 @@ from noisylabels.callbacks.subset_stats import StepRecords
 from noisylabels.data import DigitsDataModule
 from noisylabels.methods import CE, StepOutput
 
-from conftest import synthetic_facts
+from conftest import TwoThreadAllReduce, synthetic_facts
 
 CLEAN = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
 NOISY = torch.tensor([0, 2, 2, 0, 0, 2, 1, 1])
@@ -195,26 +195,14 @@ def test_an_earlier_fit_is_not_read_at_the_same_epoch_and_step() -> None:
 def test_two_processes_sum_once_and_agree() -> None:
     """Each process trains on its share: one all-reduce per epoch and process, and the sums of
     a one-process fit over every step."""
-    barrier, deposited = threading.Barrier(2), {}
-    calls = {0: 0, 1: 0}
-
-    def all_reduce_sum(rank: int) -> Any:
-        def reduce(tensor: torch.Tensor, reduce_op: str) -> torch.Tensor:
-            calls[rank] += 1
-            deposited[rank] = tensor.clone()
-            barrier.wait(timeout=30)
-            total = deposited[0] + deposited[1]
-            barrier.wait(timeout=30)
-            return total
-
-        return reduce
+    all_reduce = TwoThreadAllReduce()
 
     per_rank = [[SubsetStatistics(), SampleDynamics()] for _ in (0, 1)]
     stats: dict[int, list[dict[str, float]]] = {}
 
     def work(rank: int) -> None:
         shards = [[steps[rank]] for steps in EPOCHS]
-        trainer = _trainer(per_rank[rank], all_reduce_sum(rank))
+        trainer = _trainer(per_rank[rank], all_reduce.reducer(rank))
         stats[rank] = _fit(per_rank[rank], trainer, shards)
 
     threads = [threading.Thread(target=work, args=(r,)) for r in (0, 1)]
@@ -222,7 +210,7 @@ def test_two_processes_sum_once_and_agree() -> None:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert calls == {0: len(EPOCHS), 1: len(EPOCHS)}
+    assert all_reduce.calls == {0: len(EPOCHS), 1: len(EPOCHS)}
     expected_stats, expected = _alone(SubsetStatistics()), _alone(SampleDynamics())
     for rank in (0, 1):
         assert len(stats[rank]) == len(expected_stats)
