@@ -181,6 +181,39 @@ def test_compiled_networks_survive_in_place_loads() -> None:
     torch.testing.assert_close(model.network_logits(images, 2), plain(images))
 
 
+def test_hook_name_is_set_without_module_bookkeeping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning's ``_current_fx_name`` (set around every hook call) skips ``nn.Module``'s
+    ``__setattr__``; every other attribute still goes through it (parameters, submodules)."""
+    model = _model(CE, False)
+    calls: list[str] = []
+    module_setattr = torch.nn.Module.__setattr__
+
+    def counting(self, name: str, value: Any) -> None:
+        if self is model:
+            calls.append(name)
+        module_setattr(self, name, value)
+
+    monkeypatch.setattr(torch.nn.Module, "__setattr__", counting)
+    model._current_fx_name = "training_step"
+    assert model._current_fx_name == "training_step" and calls == []
+    model.extra = torch.nn.Linear(2, 2)
+    model.scale = torch.nn.Parameter(torch.ones(1))
+    assert calls == ["extra", "scale"]
+    assert "extra" in dict(model.named_children()) and "scale" in dict(model.named_parameters())
+    trainer = L.Trainer(
+        max_epochs=1,
+        limit_train_batches=2,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, DigitsDataModule(noise_rate=0.2, batch_size=16))
+    assert model._current_fx_name is None  # Lightning's own reset after fitting
+    assert "_current_fx_name" not in calls
+
+
 def test_auto_resolves_by_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """``auto`` compiles nowhere until the GPU check has passed on a GPU (then: CUDA graphs on
     CUDA); ``true`` compiles, with CUDA graphs on CUDA."""

@@ -114,6 +114,17 @@ def _graph_breaks() -> int:
     return sum(counters["graph_break"].values()) + sum(counters["unimplemented"].values())
 
 
+def module_setattr(module: nn.Module, name: str, value: Any) -> None:
+    """``nn.Module.__setattr__``, except for ``_current_fx_name``: Lightning records the hook it
+    runs there around every hook call (about 45 times a training step), a plain string that needs
+    none of ``nn.Module``'s checks for parameters, buffers and submodules (0.2 µs a set instead of
+    1.6 µs)."""
+    if name == "_current_fx_name":
+        object.__setattr__(module, name, value)
+    else:
+        nn.Module.__setattr__(module, name, value)
+
+
 class Acceleration:
     """The speed settings of one method: compiled networks and loss arithmetic, CUDA-graph step
     boundaries, channels-last, and the fall-back to eager. A plain object the method holds; it

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from noisylabels.methods.core import optim
+from noisylabels.methods.core.acceleration import module_setattr
 from noisylabels.methods.core.losses import cross_entropy
 from noisylabels.methods.core.networks import better_model, load_network_state, network_state
 from noisylabels.methods.core.stages import StagedLR, StageSchedule
@@ -46,6 +47,7 @@ class StagedModule(L.LightningModule):
     #: the name the clean test accuracy is logged under (``run.fit_and_test`` tests the
     #: last-epoch model as ``test/acc_last`` before the selected checkpoint as ``test/acc``)
     test_metric: str = "test/acc"
+    __setattr__ = module_setattr  # Lightning's per-hook bookkeeping without nn.Module's checks
 
     # ---------------------------------------------------------------- what a subclass gives
     def build_network(self) -> nn.Module:
