@@ -19,11 +19,13 @@ process CPU time) and their ratios; on a shared machine the minimum is the figur
 by other load.
 
     python benchmarks/epoch.py --data-dir /folder/holding/MNIST [--repeats 3] [--epochs 3]
-        [--workloads forward-vrnl,reweight,coteaching]
+        [--workloads forward-vrnl,reweight,coteaching] [--default-allocator]
 
-Measured on a 2-core CPU machine (``--repeats 3 --epochs 2``, one thread, median wall seconds
-per epoch): Forward-VRNL 6.38 s against the plain loop's 5.45 s (1.17x), Reweight 6.50 against
-5.48 (1.19x), Co-teaching 12.23 against 11.26 (1.09x); README.md ("Speed") says where the
+glibc's ``malloc`` keeps the memory it frees unless ``--default-allocator`` (see
+``throughput.steady_allocator``). Measured on a 2-core CPU machine (``--repeats 2 --epochs 2``,
+one thread, median wall seconds per epoch): Forward-VRNL 6.47 s against the plain loop's 5.33 s
+(1.22x), Reweight 6.17 against 5.44 (1.13x), Co-teaching 11.93 against 11.02 (1.08x); the same
+code's ratios moved by several points between processes. README.md ("Speed") says where the
 difference goes.
 """
 
@@ -44,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))  # so the CLI can import ``epoch.EpochClock``
 
-from throughput import clocks, print_ratios  # noqa: E402
+from throughput import add_allocator_option, clocks, print_ratios, set_allocator  # noqa: E402
 
 from noisylabels.cli import run  # noqa: E402
 from noisylabels.data import MNISTDataModule  # noqa: E402
@@ -211,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--workloads", default=",".join(_STEPS), help=f"comma-separated of {', '.join(_STEPS)}"
     )
+    add_allocator_option(parser)
     args = parser.parse_args(argv)
     if not args.data_dir:
         parser.error("pass --data-dir or set NOISYLABELS_DATA_DIR (folder holding MNIST/raw)")
@@ -219,6 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown workload(s) {unknown}; choose from {sorted(_STEPS)}")
     torch.set_num_threads(args.threads)
+    set_allocator(args.default_allocator)
     sys.argv = sys.argv[:1]  # the runs' arguments are LightningCLI's ``args``, not these
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), batch {BATCH}")
     for workload in workloads:

@@ -11,22 +11,23 @@ machine the minimum is the figure least disturbed by other load. Both wall-clock
 time are given; the CPU time leaves out time a virtual machine's host gave to others.
 
     python benchmarks/throughput.py --data-dir /folder/holding/MNIST [--repeats 3] [--epochs 4]
-        [--floor]
+        [--floor] [--default-allocator]
 
 ``--floor`` also times a bare ``Trainer`` (no logger, callbacks, checkpoint or progress bar)
 running exactly the plain loop's step on the plain loop's batches: what Lightning's own loop
-costs, the least any Lightning application can pay.
+costs, the least any Lightning application can pay. glibc's ``malloc`` keeps the memory it frees
+unless ``--default-allocator`` (:func:`steady_allocator` says why).
 
-Measured on a 2-core CPU machine (``--repeats 3 --epochs 3``, one thread, nothing else
-running): median 6.24 s per training epoch against the plain loop's 5.44 s (1.15x). With
-``--floor --no-progress-bar``, one thread, while two niced training processes shared the cores
-(median process CPU seconds per epoch): plain loop 5.61, bare Lightning 6.09 (1.085x),
-``noisylabels fit`` 6.42 (1.143x); wall 8.46, 9.16 (1.082x) and 9.52 (1.125x).
+Measured on a 2-core CPU machine (``--repeats 2 --epochs 3 --floor --no-progress-bar``, one
+thread, nothing else running, two such processes pooled, median seconds per training epoch):
+plain loop 5.34, bare Lightning 5.65 (1.06x), ``noisylabels fit`` 5.92 (1.11x).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import os
 import statistics
 import sys
@@ -68,6 +69,37 @@ class EpochTimer(L.Callback):
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.times.append((self._last[0] - self._start[0], self._last[1] - self._start[1]))
+
+
+def steady_allocator() -> bool:
+    """Tell glibc's ``malloc`` (``mallopt``) to keep the memory it frees and to serve blocks up
+    to 32 MiB from its heap rather than mapping each afresh, so that no run in this process pays
+    page faults for what an earlier run left behind. Without it, in one process alternating the
+    two sides, a later run's epochs took up to 1.4x an earlier identical run's (636,722 and
+    1,204,256 minor page faults in the second plain-loop and bare-Lightning runs against 72,622
+    and 50,027 in the first; with it, 44,800 and 44,810). Returns whether it applied (glibc
+    only)."""
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3  # glibc's malloc.h
+    options = ((m_mmap_threshold, 32 << 20), (m_trim_threshold, 1 << 30), (m_top_pad, 64 << 20))
+    return all(mallopt(option, value) == 1 for option, value in options)
+
+
+def add_allocator_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--default-allocator",
+        action="store_true",
+        help="leave glibc's malloc as it is (default: keep freed memory, see steady_allocator)",
+    )
+
+
+def set_allocator(default: bool) -> None:
+    """Apply :func:`steady_allocator` unless ``default``, and say which allocator runs."""
+    steady = not default and steady_allocator()
+    print(f"allocator: {'steady (mallopt)' if steady else 'default'}")
 
 
 def clocks() -> tuple[float, float]:
@@ -221,10 +253,12 @@ def main(argv: list[str] | None = None) -> None:
         help="also time a bare Lightning Trainer running the plain loop's step (what "
         "Lightning's own loop costs)",
     )
+    add_allocator_option(parser)
     args = parser.parse_args(argv)
     if not args.data_dir:
         parser.error("pass --data-dir or set NOISYLABELS_DATA_DIR (folder holding MNIST/raw)")
     sys.argv = sys.argv[:1]  # the run's arguments are LightningCLI's ``args``, not these
+    set_allocator(args.default_allocator)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {BATCH}")
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (the first epoch is a warm-up)")
