@@ -46,16 +46,25 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))  # so the CLI can import ``epoch.EpochClock``
 
-from throughput import add_allocator_option, clocks, print_ratios, set_allocator  # noqa: E402
+from throughput import (  # noqa: E402
+    BATCH,
+    LR,
+    MOMENTUM,
+    NOISE,
+    WD,
+    add_allocator_option,
+    clocks,
+    forward_vrnl_objective,
+    mnist_splits,
+    normalize,
+    print_ratios,
+    set_allocator,
+)
 
 from noisylabels.cli import run  # noqa: E402
-from noisylabels.data import MNISTDataModule  # noqa: E402
-from noisylabels.methods import vrnl_objective  # noqa: E402
 from noisylabels.models import LeNet5  # noqa: E402
 
 CONFIGS = REPO / "configs"
-ALPHA, LR, MOMENTUM, WD, BATCH, NOISE = 0.1, 0.01, 0.9, 1e-4, 128, 0.2
-MEAN, STD = 0.1307, 0.3081
 
 # the application's command line per workload (the plain loops below do the same work)
 APP_ARGS: dict[str, list[str]] = {
@@ -117,15 +126,7 @@ def app_epochs(workload: str, data_dir: str, epochs: int) -> list[tuple[float, f
 
 def _data(data_dir: str):
     L.seed_everything(0)
-    dm = MNISTDataModule(data_dir=data_dir, noise_rate=NOISE, noise_seed=0)
-    dm.setup("fit")
-    train = (dm.data.train_images[dm.train_indices], dm.noisy_labels[dm.train_indices])
-    val = (dm.data.train_images[dm.val_indices], dm.noisy_labels[dm.val_indices])
-    return train, val, dm.transition.float()
-
-
-def _inputs(images: torch.Tensor) -> torch.Tensor:
-    return (images.float() / 255.0 - MEAN) / STD
+    return mnist_splits(data_dir)
 
 
 def _validate(models: list[torch.nn.Module], val, T: torch.Tensor | None) -> None:
@@ -135,7 +136,7 @@ def _validate(models: list[torch.nn.Module], val, T: torch.Tensor | None) -> Non
             model.eval()
             correct = 0
             for i in range(0, len(labels), BATCH):
-                p = F.softmax(model(_inputs(images[i : i + BATCH])), dim=1)
+                p = F.softmax(model(normalize(images[i : i + BATCH])), dim=1)
                 q = p if T is None else p @ T
                 correct += int((q.argmax(1) == labels[i : i + BATCH]).sum())
             model.train()
@@ -157,7 +158,7 @@ def plain_epochs(workload: str, data_dir: str, epochs: int) -> list[tuple[float,
             perm = torch.randperm(len(labels))
             for i in range(0, len(labels), BATCH):
                 idx = perm[i : i + BATCH]
-                loss = step(models, _inputs(images[idx]), labels[idx], T)
+                loss = step(models, normalize(images[idx]), labels[idx], T)
                 for opt in opts:
                     opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -174,9 +175,7 @@ def plain_epochs(workload: str, data_dir: str, epochs: int) -> list[tuple[float,
 
 
 def _forward_vrnl(models, x, y, T):
-    q = F.softmax(models[0](x), dim=1) @ T
-    losses = -torch.log(q.gather(1, y.unsqueeze(1)).squeeze(1) + 1e-12)
-    return vrnl_objective(losses, ALPHA, "local").objective
+    return forward_vrnl_objective(models[0], x, y, T)
 
 
 def _reweight(models, x, y, T):

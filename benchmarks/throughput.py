@@ -50,7 +50,7 @@ from noisylabels.models import LeNet5  # noqa: E402
 
 CONFIG = REPO / "configs" / "mnist_forward_vrnl.yaml"
 TRUE_T = REPO / "configs" / "protocol" / "true_t.yaml"  # the preset estimates T after a warm-up
-ALPHA, LR, MOMENTUM, WD, BATCH = 0.1, 0.01, 0.9, 1e-4, 128
+ALPHA, LR, MOMENTUM, WD, BATCH, NOISE = 0.1, 0.01, 0.9, 1e-4, 128, 0.2
 MEAN, STD = 0.1307, 0.3081
 
 
@@ -142,15 +142,19 @@ def app_epochs(data_dir: str, progress_bar: bool, epochs: int) -> list[tuple[flo
     return timer.times[1:]
 
 
-def _tensors(data_dir: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The training split's uint8 images, noisy labels and the true T of the app's data."""
-    dm = MNISTDataModule(data_dir=data_dir, noise_rate=0.2, noise_seed=0)
+def mnist_splits(data_dir: str):
+    """``(train images, noisy labels)``, ``(validation images, noisy labels)`` (uint8 images)
+    and the true T of the app's MNIST with symmetric noise :data:`NOISE`, noise seed 0."""
+    dm = MNISTDataModule(data_dir=data_dir, noise_rate=NOISE, noise_seed=0)
     dm.setup("fit")
-    return (
-        dm.data.train_images[dm.train_indices],
-        dm.noisy_labels[dm.train_indices],
-        dm.transition.float(),
-    )
+    train = (dm.data.train_images[dm.train_indices], dm.noisy_labels[dm.train_indices])
+    val = (dm.data.train_images[dm.val_indices], dm.noisy_labels[dm.val_indices])
+    return train, val, dm.transition.float()
+
+
+def normalize(images: torch.Tensor) -> torch.Tensor:
+    """uint8 MNIST images as the plain loops feed them: scaled to [0, 1], then standardized."""
+    return (images.float() / 255.0 - MEAN) / STD
 
 
 def _batches(images: torch.Tensor, labels: torch.Tensor):
@@ -158,10 +162,14 @@ def _batches(images: torch.Tensor, labels: torch.Tensor):
     perm = torch.randperm(len(labels))
     for i in range(0, len(labels), BATCH):
         idx = perm[i : i + BATCH]
-        yield (images[idx].float() / 255.0 - MEAN) / STD, labels[idx]
+        yield normalize(images[idx]), labels[idx]
 
 
-def _objective(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, T: torch.Tensor):
+def forward_vrnl_objective(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, T: torch.Tensor
+) -> torch.Tensor:
+    """The plain loops' Forward-VRNL objective: ``mean(l) - ALPHA * Var(l)`` of
+    ``l = -log((softmax(model(x)) @ T)_y + 1e-12)``."""
     q = F.softmax(model(x), dim=1) @ T
     losses = -torch.log(q.gather(1, y.unsqueeze(1)).squeeze(1) + 1e-12)
     return vrnl_objective(losses, ALPHA, "local").objective
@@ -170,7 +178,7 @@ def _objective(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, T: torc
 def plain_epochs(data_dir: str, epochs: int) -> list[tuple[float, float]]:
     """Seconds of each epoch after the first of a hand-written loop over the same tensors."""
     L.seed_everything(0)
-    images, labels, T = _tensors(data_dir)
+    (images, labels), _, T = mnist_splits(data_dir)
     model = LeNet5(10, 1)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
     times = []
@@ -178,7 +186,7 @@ def plain_epochs(data_dir: str, epochs: int) -> list[tuple[float, float]]:
         start = clocks()
         model.train()
         for x, y in _batches(images, labels):
-            loss = _objective(model, x, y, T)
+            loss = forward_vrnl_objective(model, x, y, T)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -196,7 +204,7 @@ class PlainStep(L.LightningModule):
         self.register_buffer("T", T)
 
     def training_step(self, batch, batch_idx):
-        return _objective(self.net, *batch, self.T)
+        return forward_vrnl_objective(self.net, *batch, self.T)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
@@ -220,7 +228,7 @@ def lightning_epochs(data_dir: str, epochs: int) -> list[tuple[float, float]]:
     checkpoint or progress bar) fitting :class:`PlainStep` on the plain loop's batches: what
     Lightning's own loop costs over the plain loop."""
     L.seed_everything(0)
-    images, labels, T = _tensors(data_dir)
+    (images, labels), _, T = mnist_splits(data_dir)
     timer = EpochTimer()
     trainer = L.Trainer(
         max_epochs=epochs,
