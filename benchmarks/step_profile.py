@@ -38,6 +38,7 @@ from lightning.pytorch.trainer import call
 
 import noisylabels.callbacks as callbacks
 import noisylabels.run.checkpoints as checkpoints
+import noisylabels.run.record as record
 from noisylabels.cli import run
 from noisylabels.data import memory
 from noisylabels.data import module as data_module
@@ -98,7 +99,7 @@ def install() -> None:
     wrap(memory.TensorDictDataset, "__getitems__")
     wrap(fetchers._PrefetchDataFetcher, "__next__", "batch fetch")
     wrap(epoch_loop._TrainingEpochLoop, "advance", "training step, whole")
-    for module in (callbacks, checkpoints):
+    for module in (callbacks, checkpoints, record):
         for name in dir(module):
             cls = getattr(module, name)
             if isinstance(cls, type) and issubclass(cls, L.Callback):

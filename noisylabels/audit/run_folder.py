@@ -22,9 +22,8 @@ import yaml
 from noisylabels.data import ImageFileDataModule, NoisyDataModule
 from noisylabels.errors import InputError, MissingFileError, load_error_summary
 from noisylabels.run.artifacts import DYNAMICS_FILE, NOISE_FILE
-from noisylabels.run.checkpoints import UNFINISHED
 from noisylabels.run.defaults import CONFIG_FILE
-from noisylabels.run.fit import RESULTS_FILE
+from noisylabels.run.rules import RESULTS_FILE, UNFINISHED
 
 
 @dataclass

@@ -189,7 +189,7 @@ def divergence_message(
     return (
         f"Training diverged: the training loss was {value} at {where} (epochs and steps count "
         f"from 0). {transition}{likely}: {cause}. The run was stopped; no results.json is written "
-        "and no checkpoint of the diverged weights is kept (checkpoints/last.ckpt holds the "
-        "state before the diverged epoch: `--ckpt_path last` with a lower --model.lr continues "
-        "from it)."
+        "and no checkpoint of the diverged weights is kept. Start a new run with the lower value "
+        "(a resume continues the same experiment, so `--ckpt_path last` refuses changed "
+        "options; resumed as it is, the run would diverge again)."
     )

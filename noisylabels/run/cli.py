@@ -12,6 +12,7 @@ paragraph).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import warnings
@@ -22,20 +23,20 @@ from typing import Any
 import lightning as L
 import torch
 from jsonargparse import DefaultHelpFormatter
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
 from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, option_error, user_error
 from noisylabels.methods import NoisyLabelMethod, describe_methods
-from noisylabels.run import resume
+from noisylabels.run import identity, resume
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
-from noisylabels.run.compose import ComposedConfigFile, default_root_dir
-from noisylabels.run.defaults import add_config_text, class_path
+from noisylabels.run.compose import ComposedConfigFile, default_root_dir, planned_epochs
+from noisylabels.run.defaults import class_path
 from noisylabels.run.fit import fit_and_test
 from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
-from noisylabels.run.storage import write_text
+from noisylabels.run.rules import folder_problem
 
 # the paper's protocol, where a config does not say otherwise; a run folder named after the
 # config's data and method where no config names one (runs/<dataset>_<method>, see compose)
@@ -43,31 +44,7 @@ TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": 80, "devices": 1, "default_roo
 
 MAX_SEED = 2**32 - 1  # numpy's seeds are unsigned 32-bit integers
 # --ckpt_path values Lightning resolves itself (for validate/test/predict after a fit)
-LIGHTNING_CKPT_NAMES = ("best", "hpc", "registry")
-
-
-class SaveConfigToTensorBoard(SaveConfigCallback):
-    """Save the resolved config as ``config.yaml`` in the run dir (atomically: a reader never
-    sees half of it) and in TensorBoard's text tab (not under ``fast_dev_run``, which writes no
-    run folder)."""
-
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if trainer.fast_dev_run or self.already_saved:
-            return
-        if self.multifile or not self.overwrite or not self.save_to_log_dir:
-            super().setup(trainer, pl_module, stage)  # Lightning's own writing
-            return
-        log_dir = trainer.log_dir  # a broadcast every process joins
-        if trainer.is_global_zero:
-            text = self.parser.dump(self.config, skip_none=False)
-            write_text(Path(log_dir) / self.config_filename, text)
-            add_config_text(trainer, text)
-            self.already_saved = True
-        self.already_saved = trainer.strategy.broadcast(self.already_saved)
-
-    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        """After Lightning's own writing of the config: the config in TensorBoard's text tab."""
-        add_config_text(trainer, self.parser.dump(self.config, skip_none=False))
+LIGHTNING_CKPT_NAMES = ("best", "registry")
 
 
 class HelpFormatter(DefaultHelpFormatter):
@@ -161,57 +138,119 @@ class NoisyLabelsCLI(LightningCLI):
             )
         super()._set_seed()
 
+    def _parse_ckpt_path(self) -> None:
+        """Locate and read ``--ckpt_path`` (``last``, ``hpc``, a run folder or a file),
+        weights-only. Unlike Lightning's CLI this never applies the checkpoint's hyperparameters
+        over the config: a fit continues only the same experiment (chosen and checked once the
+        method and data module are built, :meth:`instantiate_trainer`)."""
+        self._checkpoint: resume.Checkpoint | None = None
+        self._candidates: list[tuple[Path, Path | None]] = []
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        config = self.config[subcommand]
+        value = config.get("ckpt_path")
+        if not value:
+            return
+        value = str(value)
+        if value in LIGHTNING_CKPT_NAMES and not Path(value).exists():
+            if value == "best":
+                raise InputError(
+                    "--ckpt_path best names the best checkpoint of a fit in this same process; "
+                    f"`noisylabels {subcommand}` runs none: pass a run folder, a checkpoint file "
+                    "or `last` (the newest run under --trainer.default_root_dir)"
+                )
+            if subcommand == "fit":
+                raise InputError(
+                    f"--ckpt_path {value} is not a run to continue: pass a run folder, a "
+                    "checkpoint file or `last`"
+                )
+            return  # registry: Lightning's model registry
+        trainer = config.get("trainer") or {}
+        root = Path(trainer.get("default_root_dir") or default_root_dir(config))
+        self._candidates = resume.candidates(value, root, trainer.get("logger"))
+        if subcommand != "fit":
+            self._checkpoint = resume.load(*self._candidates[0])
+            config.ckpt_path = str(self._checkpoint.path)
+
     def before_instantiate_classes(self) -> None:
         """Resolve ``--trainer.precision`` left unset (null): ``bf16-mixed`` where the run
         trains on a CUDA GPU with bf16 support, Lightning's ``32-true`` elsewhere; and
         ``--trainer.default_root_dir`` left unset: ``runs/<dataset>_<method>``. The resolved
-        values are what ``config.yaml`` records."""
+        values are what ``config.yaml`` records. Refuse a fit that would train forever or whose
+        folder cannot be made."""
         config = self.config.get(self.subcommand, self.config)
         trainer = config.get("trainer")
         if trainer is not None and trainer.get("precision") is None:
             trainer["precision"] = auto_precision(trainer.get("accelerator"))
         if trainer is not None and not trainer.get("default_root_dir"):
             trainer["default_root_dir"] = str(default_root_dir(config))
+        if self.subcommand == "fit" and trainer is not None:
+            check_run_length(trainer)
+            problem = folder_problem(Path(trainer["default_root_dir"]))
+            if problem is not None:
+                raise InputError(problem.replace("the run folder", "--trainer.default_root_dir"))
 
     def _setting(self, key: str) -> Any:
         return self.config.get(self.subcommand, self.config).get(key)
 
-    def _parse_ckpt_path(self) -> None:
-        """Locate and read ``--ckpt_path`` (``last``, a run folder or a file). Unlike
-        Lightning's CLI this never applies the checkpoint's hyperparameters over the config;
-        :meth:`after_instantiate_classes` checks that they describe the same experiment."""
-        self._checkpoint: resume.Checkpoint | None = None
-        self._resume_logger: Any = None
-        subcommand = self.config.get("subcommand")
-        if not subcommand:
-            return
-        config = self.config[subcommand]
-        value = config.get("ckpt_path")
-        if not value or (value in LIGHTNING_CKPT_NAMES and not Path(value).exists()):
-            return
-        trainer = config.get("trainer") or {}
-        root = Path(trainer.get("default_root_dir") or default_root_dir(config))
-        logger = trainer.get("logger")
-        self._checkpoint = resume.load(str(value), root, logger)
-        config.ckpt_path = str(self._checkpoint.path)
-        if subcommand == "fit" and self._checkpoint.run_folder is not None:
-            self._resume_logger = resume.continue_logger(self._checkpoint.run_folder, logger)
+    def _identity(self) -> dict[str, Any]:
+        """This run's identity as far as it is known before the data is set up."""
+        return identity.of_objects(
+            self.model,
+            self.datamodule,
+            seed=self._seed(),
+            trainer_options=resume.plain_options(self._setting("trainer")),
+        )
 
-    def after_instantiate_classes(self) -> None:
-        if self._checkpoint is None:
-            return
-        changed = resume.check(self._checkpoint, self.model, self.datamodule)
-        options = resume.plain_options(self._setting("trainer"))
-        changed.update(resume.changed_options(self._checkpoint.trainer_options, options, "trainer"))
-        if changed:
-            rank_zero_only(print)(
-                resume.describe_changes(self._checkpoint.path, changed), file=sys.stderr
+    def _seed(self) -> Any:
+        seed = os.environ.get("PL_GLOBAL_SEED")
+        return int(seed) if seed is not None else self._setting("seed_everything")
+
+    def _choose_checkpoint(self) -> resume.Checkpoint:
+        """The checkpoint ``--ckpt_path`` continues: for ``last`` the newest run of this same
+        experiment; any other checkpoint must be of it (refused before anything is written)."""
+        now = self._identity()
+        first: tuple[resume.Checkpoint, dict[str, list[Any]]] | None = None
+        for path, folder in self._candidates:
+            checkpoint = resume.load(path, folder)
+            changes = identity.differences(checkpoint.identity, now, known_after_setup=False)
+            if not changes:
+                return checkpoint
+            first = first or (checkpoint, changes)
+        assert first is not None
+        checkpoint, changes = first
+        if len(self._candidates) > 1:
+            raise InputError(
+                f"--ckpt_path last: none of the {len(self._candidates)} runs with a "
+                f"{resume.CHECKPOINT_FILE} under {self._candidates[0][0].parents[2]} is of this "
+                "experiment (a resume continues the same experiment only); the newest, "
+                f"{checkpoint.path}, differs in {identity.describe(changes)}. Start a new run "
+                "without --ckpt_path, or pass the run folder to continue with its own config"
             )
+        raise InputError(resume.refusal(checkpoint.path, changes))
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
-        if getattr(self, "_resume_logger", None) is not None:
-            kwargs["logger"] = self._resume_logger  # continue in the run's own folder
+        if self.subcommand == "fit" and self._candidates:
+            self._checkpoint = self._choose_checkpoint()
+            folder = self._checkpoint.run_folder
+            logger = self._setting("trainer").get("logger")
+            if folder is not None:
+                pinned = resume.continue_logger(folder, logger)
+                if pinned is not None:
+                    kwargs["logger"] = pinned  # continue in the run's own folder
+            elif self._checkpoint.finished:
+                rank_zero_only(print)(
+                    f"noisylabels: {self._checkpoint.origin} is a finished run, which is never "
+                    "rewritten: it continues from its last.ckpt in a new run folder",
+                    file=sys.stderr,
+                )
         return super().instantiate_trainer(**kwargs)
+
+    def _config_text(self) -> str:
+        """The resolved config, as ``config.yaml`` holds it."""
+        parser = self._parser(self.subcommand)
+        return parser.dump(self.config[self.subcommand], skip_none=False)
 
     def fit(
         self, model: Any, datamodule: Any = None, ckpt_path: str | None = None, **kwargs: Any
@@ -222,17 +261,15 @@ class NoisyLabelsCLI(LightningCLI):
             model,
             datamodule,
             self.trainer,
-            ckpt_path=ckpt_path,
+            ckpt_path=self._checkpoint,
             weights_only=kwargs.get("weights_only"),
             test=bool(self._setting("test_after_fit")),
-            seed=self._setting("seed_everything"),
+            seed=self._seed(),
             config=self.config[self.subcommand].as_dict(),
+            config_text=self._config_text(),
             tail_test_epochs=int(self._setting("tail_test_epochs") or 0),
-            # the command line's checkpoint, statistics and config.yaml are its options'
-            select_best=False,
-            subset_statistics=False,
-            save_config=False,
             command=getattr(self, "command", None),
+            protocol_epochs=planned_epochs(self._setting("config"), TRAINER_DEFAULTS),
         )
         self.results = results
         if results is None:
@@ -249,12 +286,37 @@ class NoisyLabelsCLI(LightningCLI):
         sample written to ``predictions.csv`` in the run folder of ``--ckpt_path`` (the new run
         folder where the checkpoint is of none)."""
         checkpoint = getattr(self, "_checkpoint", None)
-        folder = checkpoint.run_folder if checkpoint is not None else None
+        folder = checkpoint.origin if checkpoint is not None else None
         path = (folder or run_dir(self.trainer)) / PREDICTIONS_FILE
         self.trainer.callbacks.append(PredictionWriter(path))
         self.trainer.predict(model, datamodule=datamodule, **kwargs)
         if self.trainer.is_global_zero:
             print(f"predictions: {path}")
+
+
+def check_run_length(trainer: Any) -> None:
+    """Refuse a fit that would train forever (``--trainer.max_epochs -1`` with no step or
+    time limit) or whose ``min_epochs`` exceed its ``max_epochs``."""
+    max_epochs, min_epochs = trainer.get("max_epochs"), trainer.get("min_epochs")
+    max_steps, max_time = trainer.get("max_steps"), trainer.get("max_time")
+    endless_steps = max_steps is None or max_steps == -1
+    if max_epochs == -1 and endless_steps and not max_time:
+        raise InputError(
+            "--trainer.max_epochs -1 trains forever (no --trainer.max_steps or max_time "
+            "either): give the number of epochs to train"
+        )
+    if max_epochs is not None and max_epochs < -1:
+        raise InputError(f"--trainer.max_epochs must be -1 or more, got {max_epochs}")
+    if (
+        isinstance(min_epochs, int)
+        and isinstance(max_epochs, int)
+        and max_epochs >= 0
+        and min_epochs > max_epochs
+    ):
+        raise InputError(
+            f"--trainer.min_epochs {min_epochs} is more than --trainer.max_epochs {max_epochs}: "
+            "give min_epochs <= max_epochs"
+        )
 
 
 def auto_precision(accelerator: Any) -> str | None:
@@ -274,8 +336,7 @@ def make_cli(args: list[str] | None, **options: Any) -> NoisyLabelsCLI:
         "subclass_mode_data": True,
         "seed_everything_default": 0,
         "trainer_defaults": TRAINER_DEFAULTS,
-        "save_config_callback": SaveConfigToTensorBoard,
-        "save_config_kwargs": {"overwrite": True},
+        "save_config_callback": None,  # config.yaml is the run record's
         "auto_configure_optimizers": False,
     }
     settings.update(options)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,23 @@ class ComposedConfigFile(ActionConfigFile):
             elif content:  # a composing file's own keys, without the compose list
                 ActionConfigFile.apply_config(parser, cfg, dest, yaml.safe_dump(content))
                 cfg[dest][-1] = ConfigPath(str(part_path), mode="fr")  # the file, not its text
+
+
+def planned_epochs(values: Any, defaults: Mapping[str, Any]) -> int | None:
+    """The ``trainer.max_epochs`` that the ``--config`` files ``values`` set (the last one
+    that sets it, composed files first), before any command-line option: the epochs of the
+    run's protocol (its preset); ``defaults['max_epochs']`` where no file sets it, ``None``
+    where a value is config text rather than a file."""
+    epochs = defaults.get("max_epochs")
+    for value in values or []:
+        path = _as_file(str(value))
+        if path is None:
+            return None
+        for _, content, _ in read_composed(path):
+            trainer = (content or {}).get("trainer") if isinstance(content, dict) else None
+            if isinstance(trainer, dict) and "max_epochs" in trainer:
+                epochs = trainer["max_epochs"]
+    return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None
 
 
 def import_class(class_path: str, package: str = "") -> Any:

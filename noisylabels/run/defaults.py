@@ -1,18 +1,18 @@
 """What a run from Python gets so that it equals ``noisylabels fit``'s run.
 
-The command line configures three things a ``Trainer`` built in Python lacks;
-:func:`~noisylabels.run.fit.fit_and_test` adds them unless told not to:
+What the command line configures that a ``Trainer`` built in Python lacks;
+:func:`~noisylabels.run.fit.fit_and_test` adds it to every run, whichever door:
 
 * the best checkpoint by noisy-validation accuracy (:data:`BEST_CHECKPOINT`, a
   :class:`~noisylabels.run.checkpoints.WarmupAwareCheckpoint`) in place of Lightning's default
   checkpoint, which monitors nothing and so keeps (and tests) the last epoch;
 * the per-subset loss statistics (:class:`~noisylabels.callbacks.SubsetStatistics`) of a
   :class:`~noisylabels.methods.NoisyLabelMethod`;
-* ``config.yaml`` in the run folder (:class:`ConfigRecord`): the model's and the data module's
-  class and hyperparameters, the trainer's settings and the seed, in the command line's layout,
-  so that ``noisylabels fit --config RUN/config.yaml`` runs the same experiment again (the
-  trainer's strategy, loggers and callbacks, objects of the caller's, are listed in a comment
-  at its top).
+* the text of ``config.yaml`` (:func:`python_config_text`, written by the run record): the
+  model's and the data module's class and hyperparameters, the trainer's settings and the seed,
+  in the command line's layout, so that ``noisylabels fit --config RUN/config.yaml`` runs the
+  same experiment again (the trainer's strategy, loggers and callbacks, objects of the caller's,
+  are listed in a comment at its top).
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from noisylabels.callbacks import SubsetStatistics
 from noisylabels.methods import NoisyLabelMethod
-from noisylabels.run.artifacts import run_dir
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
-from noisylabels.run.storage import write_text
 
 CONFIG_FILE = "config.yaml"
 # the trainer's settings config.yaml records (Trainer arguments a Trainer object still knows)
@@ -168,18 +166,13 @@ def add_config_text(trainer: L.Trainer, text: str) -> None:
             logger.experiment.add_text("config", config_block(text))
 
 
-class ConfigRecord(Callback):
-    """Write ``config`` as ``config.yaml`` to the run folder (atomically) when fitting is set up
-    (process 0; not under ``fast_dev_run``, which writes no run folder), and to TensorBoard's
-    Text tab."""
-
-    def __init__(self, config: Mapping[str, Any], header: str = "") -> None:
-        self.config = dict(config)
-        self.header = header
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage != "fit" or trainer.fast_dev_run or not trainer.is_global_zero:
-            return
-        text = self.header + yaml.safe_dump(self.config, sort_keys=False)
-        write_text(run_dir(trainer) / CONFIG_FILE, text)
-        add_config_text(trainer, text)
+def python_config_text(
+    model: L.LightningModule,
+    datamodule: L.LightningDataModule,
+    trainer: L.Trainer,
+    seed: int | None,
+) -> str:
+    """``config.yaml`` of a run from Python: :func:`run_config` as YAML, under a comment naming
+    the trainer's strategy, loggers and callbacks (:func:`trainer_objects`)."""
+    config = run_config(model, datamodule, trainer, seed)
+    return trainer_objects(trainer) + yaml.safe_dump(config, sort_keys=False)

@@ -12,12 +12,13 @@ The command line's ``fit`` is :func:`fit_and_test`; from Python it is the same r
     model = Forward(alpha=0.1, transition=True, num_classes=10, input_shape=(1, 28, 28))
     results = fit_and_test(model, data, L.Trainer(max_epochs=80))
 
-A method is not a run: what a run records and stops on (the noise record, T̂ monitoring, the
-divergence stop, ``last.ckpt``, the epoch log, the data module's reports) are the
-:func:`run_callbacks`, which :func:`fit_and_test` attaches to the trainer before fitting, from the
-command line and from Python alike. A trainer built in Python also gets what the command line
-configures (:mod:`noisylabels.run.defaults`): the best checkpoint by noisy-validation accuracy,
-the per-subset statistics and ``config.yaml``; keyword arguments turn each off.
+A method is not a run: what a run observes and stops on (T̂ monitoring, the divergence stop, the
+epoch log, the data module's reports) are the :func:`run_callbacks`, and what it records is the
+run record (:class:`~noisylabels.run.record.RunRecorder`, the only writer of the run folder);
+:func:`fit_and_test` attaches them to the trainer before fitting, from the command line and from
+Python alike. A trainer built in Python also gets what the command line configures
+(:mod:`noisylabels.run.defaults`): the best checkpoint by noisy-validation accuracy and the
+per-subset statistics; keyword arguments turn each off.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import lightning as L
-from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, Checkpoint
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from noisylabels.callbacks import (
@@ -41,58 +44,49 @@ from noisylabels.callbacks import (
     TransitionMonitor,
 )
 from noisylabels.data import NoisyDataModule
-from noisylabels.run.artifacts import (
-    NoiseRecorder,
-    log_hp_metric,
-    run_dir,
-    write_sample_dynamics,
-    write_transition_estimate,
-)
-from noisylabels.run.checkpoints import LAST, LastCheckpoint, discard_failed_run, resume_history
-from noisylabels.run.defaults import (
-    ConfigRecord,
-    command_line_callbacks,
-    run_config,
-    trainer_objects,
-)
-from noisylabels.run.results import build_results, tail_summary, write_results
-from noisylabels.run.resume import plain_options
+from noisylabels.errors import InputError
+from noisylabels.run import resume
+from noisylabels.run.artifacts import log_hp_metric
+from noisylabels.run.defaults import command_line_callbacks, run_config
+from noisylabels.run.record import LAST, RunRecorder, resume_history
+from noisylabels.run.results import build_results, tail_summary
 from noisylabels.run.stops import StopSignals, refuse_hpc_checkpoints
-from noisylabels.run.storage import AtomicCheckpointIO, storage_error
+from noisylabels.run.storage import storage_error
 
-RESULTS_FILE = "results.json"
 LAST_METRIC = "test/acc_last"
-# what a resume from Python compares of the trainer (the command line compares every option)
+# what a run from Python records of the trainer (the command line records every option)
 PYTHON_TRAINER_OPTIONS = (
     "max_epochs",
+    "min_epochs",
     "max_steps",
+    "precision",
     "accumulate_grad_batches",
     "gradient_clip_val",
+    "gradient_clip_algorithm",
+    "limit_train_batches",
+    "limit_val_batches",
     "check_val_every_n_epoch",
+    "val_check_interval",
 )
 
 
 def run_callbacks(
-    datamodule: L.LightningDataModule | None = None,
-    tail_test_epochs: int = 0,
-    trainer_options: dict[str, Any] | None = None,
+    datamodule: L.LightningDataModule | None = None, tail_test_epochs: int = 0
 ) -> list[Callback]:
-    """The callbacks of every run: the noise and its T (``noise.pt``, ``transition.csv``), T̂ and
-    ε_T, every training sample's record over the epochs (``sample_dynamics.pt``), the stop on a
-    NaN/Inf loss, a line per epoch where there is no progress bar, ``checkpoints/last.ckpt`` to
-    resume from (keeping ``trainer_options`` for the record of a resume), and whatever the data
-    module needs (e.g. a skipped-image report); with ``tail_test_epochs``, the clean test
-    accuracy of every network over that many last epochs (:class:`TailTest`)."""
+    """The observers of every run: T̂ and ε_T, every training sample's record over the epochs
+    (``sample_dynamics.pt``), the stop on a NaN/Inf loss, a line per epoch where there is no
+    progress bar, and whatever the data module needs (e.g. a skipped-image report); with
+    ``tail_test_epochs``, the clean test accuracy of every network over that many last epochs
+    (:class:`TailTest`). :func:`fit_and_test` attaches them, and the run record
+    (:class:`~noisylabels.run.record.RunRecorder`), which writes the run folder."""
     callbacks: list[Callback] = [
-        NoiseRecorder(),
         TransitionMonitor(),
         SampleDynamics(),
         DivergenceGuard(),
         EpochLog(),
-        LastCheckpoint(trainer_options),
     ]
     if tail_test_epochs:
-        callbacks.insert(2, TailTest(tail_test_epochs))
+        callbacks.insert(1, TailTest(tail_test_epochs))
     if isinstance(datamodule, NoisyDataModule):
         callbacks.extend(datamodule.callbacks())
     return callbacks
@@ -119,31 +113,40 @@ def fit_and_test(
     datamodule: L.LightningDataModule,
     trainer: L.Trainer,
     *,
-    ckpt_path: str | None = None,
+    ckpt_path: str | os.PathLike | resume.Checkpoint | None = None,
     weights_only: bool | None = None,
     test: bool = True,
     seed: int | None = None,
     config: Mapping[str, Any] | None = None,
+    config_text: str | None = None,
     tail_test_epochs: int = 0,
     select_best: bool = True,
     subset_statistics: bool = True,
-    save_config: bool = True,
-    save_results: bool = True,
     command: Sequence[str] | None = None,
+    protocol_epochs: int | None = None,
 ) -> dict[str, Any] | None:
     """Fit ``model`` on ``datamodule``, test the best checkpoint (by the trainer's checkpoint
     callback; the final model where there is none) and the last epoch's model on the clean test
-    set, and write ``results.json``, the final T̂ and the per-sample record
-    (``sample_dynamics.pt``) to the run dir: ``noisylabels fit``'s run. ``model`` may be any
-    ``LightningModule`` that logs ``val/acc`` (and ``test/acc`` when tested).
+    set, and record the run in its folder (``results.json``, ``config.yaml``, the noise, the
+    final T̂, the per-sample record, the checkpoints; :class:`~noisylabels.run.record.RunRecorder`
+    writes them all): ``noisylabels fit``'s run. ``model`` may be any ``LightningModule`` that
+    logs ``val/acc`` (and ``test/acc`` when tested).
 
     Args:
-        ckpt_path: checkpoint to resume the fit from (Lightning's ``ckpt_path``).
-        weights_only: how Lightning loads ``ckpt_path`` (its ``weights_only``).
+        ckpt_path: the checkpoint to continue from: a checkpoint file, a run folder (its
+            ``checkpoints/last.ckpt``) or ``"last"`` (the newest run under the trainer's
+            logger). The run continues only as the same experiment
+            (:mod:`noisylabels.run.identity`); in the checkpoint's own run folder where the
+            trainer writes there and the run is unfinished, else in the trainer's new folder.
+        weights_only: how Lightning loads ``ckpt_path`` (its ``weights_only``), after the run
+            has read it weights-only itself.
         test: test after fitting; without it ``results.json`` has ``test_acc: null``.
-        seed: the run's training seed, for ``results.json`` (default: Lightning's
-            ``PL_GLOBAL_SEED``, which ``seed_everything`` sets).
-        config: the resolved configuration, hashed into ``results.json``'s provenance.
+        seed: the run's training seed (default: Lightning's ``PL_GLOBAL_SEED``, which
+            ``seed_everything`` sets), part of its identity.
+        config: the resolved configuration, hashed into ``results.json``'s provenance (default:
+            the model's and data module's classes and hyperparameters, the trainer's settings).
+        config_text: ``config.yaml`` as the command line resolved it (default: ``config`` of a
+            run from Python, as YAML).
         tail_test_epochs: also test every network on the clean test set at the end of each of
             the last this many epochs (``results.json``: ``test_acc_tail``,
             ``test_acc_tail_mean``), as the two-network baselines' references report.
@@ -154,13 +157,10 @@ def fit_and_test(
         subset_statistics: record the per-subset loss statistics of a ``NoisyLabelMethod``
             (:class:`~noisylabels.callbacks.SubsetStatistics`, ``subsets.csv``) where the
             trainer has no such callback.
-        save_config: write ``config.yaml`` (the model's and data module's class and
-            hyperparameters, the trainer's settings, the seed) to the run folder; its hash goes
-            to ``results.json``'s provenance. Ignored when ``config`` is given (the command
-            line writes its own).
-        save_results: write ``results.json`` and the final T̂ to the run folder.
         command: the command line of the run (``["fit", "--config", ...]``), recorded with its
             hash in ``results.json``'s provenance (a sweep compares it with the run it plans).
+        protocol_epochs: the epochs the run's config files plan before command-line options
+            (``results.json``'s ``protocol_epochs``; a report flags a shorter run).
 
     Under ``fast_dev_run`` (a smoke test of every stage, not a result) nothing is written.
     SIGTERM, and under SLURM SIGUSR1, stop the run at the next safe point with
@@ -173,28 +173,37 @@ def fit_and_test(
     start = time.perf_counter()
     if seed is None and os.environ.get("PL_GLOBAL_SEED") is not None:
         seed = int(os.environ["PL_GLOBAL_SEED"])
-    options = trainer_options(trainer, config)
+    checkpoint = resume_checkpoint(ckpt_path, trainer)
     added = command_line_callbacks(
         trainer, model, select_best=select_best, subset_statistics=subset_statistics
     )
-    attach_callbacks(trainer, [*added, *run_callbacks(datamodule, tail_test_epochs, options)])
-    if config is None and save_config:
+    attach_callbacks(trainer, [*added, *run_callbacks(datamodule, tail_test_epochs)])
+    recorder = RunRecorder(
+        config_text=config_text,
+        trainer_options=trainer_options(trainer, config),
+        run_options=run_options(trainer, tail_test_epochs),
+        seed=seed,
+        resume_from=checkpoint,
+    )
+    attach_callbacks(trainer, [recorder])
+    if config is None:
         config = run_config(model, datamodule, trainer, seed)
-        attach_callbacks(trainer, [ConfigRecord(config, trainer_objects(trainer))])
-    if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-        trainer.strategy.checkpoint_io = AtomicCheckpointIO()  # staged in the run's folder
-    last = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
     with StopSignals(trainer) as signals:
-        if last is not None:
-            last.signals = signals
+        recorder.signals = signals
         try:
             refuse_hpc_checkpoints(trainer, ckpt_path)
+            if trainer.is_global_zero and not trainer.fast_dev_run:
+                prepare(datamodule)
+            recorder.check(trainer, model, datamodule)  # nothing is written before
             try:
                 trainer.fit(
-                    model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=weights_only
+                    model,
+                    datamodule=datamodule,
+                    ckpt_path=None if checkpoint is None else str(checkpoint.path),
+                    weights_only=weights_only,
                 )
             except BaseException:
-                discard_failed_run(trainer)  # a folder holding nothing to resume from
+                recorder.discard()  # a folder holding nothing to resume from
                 raise
             try:
                 signals.check()
@@ -204,21 +213,28 @@ def fit_and_test(
                 if test:
                     test_metrics = test_last_and_best(model, datamodule, trainer, signals)
                 signals.check()
-                results = _results(
-                    trainer, model, datamodule, seed, start, test_metrics, config, resumed, tail,
-                    command,
-                )  # fmt: skip
-                if results is not None and not trainer.fast_dev_run:
+                if not trainer.is_global_zero:
+                    return None
+                results = build_results(
+                    trainer,
+                    model,
+                    datamodule,
+                    seed=seed,
+                    wall_time_s=time.perf_counter() - start,
+                    test_metrics=test_metrics,
+                    config=config,
+                    resumed=resumed,
+                    tail=tail,
+                    command=command,
+                    inputs=recorder.inputs,
+                    protocol_epochs=protocol_epochs,
+                )
+                if not trainer.fast_dev_run:
                     log_hp_metric(trainer, results["test_acc"])
-                    if save_results:
-                        folder = run_dir(trainer)
-                        write_transition_estimate(folder, model)
-                        write_sample_dynamics(folder, trainer, model)
-                        write_results(results, folder / RESULTS_FILE)
+                    recorder.finish(trainer, model, results)
                 return results
             except (Exception, SIGTERMException, KeyboardInterrupt) as err:
-                if last is not None:  # a stop or failure between the trainer's calls
-                    last.record_failure(trainer, err)
+                recorder.record_failure(trainer, err)  # a stop or failure between the calls
                 raise
         except OSError as err:
             found = storage_error(err)
@@ -227,43 +243,70 @@ def fit_and_test(
             raise found from err
 
 
-def _results(
-    trainer: L.Trainer,
-    model: L.LightningModule,
-    datamodule: L.LightningDataModule,
-    seed: int | None,
-    start: float,
-    test_metrics: dict[str, Any] | None,
-    config: Mapping[str, Any] | None,
-    resumed: list[dict[str, Any]],
-    tail: dict[str, Any] | None,
-    command: Sequence[str] | None,
-) -> dict[str, Any] | None:
-    """The results of a fit (``None`` off process 0)."""
-    if not trainer.is_global_zero:
-        return None
-    return build_results(
-        trainer,
-        model,
-        datamodule,
-        seed=seed,
-        wall_time_s=time.perf_counter() - start,
-        test_metrics=test_metrics,
-        config=config,
-        resumed=resumed,
-        tail=tail,
-        command=command,
+def prepare(datamodule: L.LightningDataModule) -> None:
+    """Set up a :class:`~noisylabels.data.NoisyDataModule` for fitting ahead of the trainer
+    (which then finds it set up), so that its labels are known before anything is written."""
+    if isinstance(datamodule, NoisyDataModule):
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+
+
+def resume_checkpoint(
+    ckpt_path: str | os.PathLike | resume.Checkpoint | None, trainer: L.Trainer
+) -> resume.Checkpoint | None:
+    """The checkpoint a fit continues from, read weights-only (nothing in the file executed):
+    ``ckpt_path`` as given (the command line's, already read), or a file, run folder, ``last``
+    (the newest run under the trainer's logger) or ``hpc`` read here."""
+    if ckpt_path is None or isinstance(ckpt_path, resume.Checkpoint):
+        return ckpt_path
+    value = str(ckpt_path)
+    if value in ("best", "registry") and not Path(value).exists():
+        raise InputError(
+            f"ckpt_path {value!r} names a checkpoint of Lightning's own bookkeeping, not a run "
+            "to continue: pass a checkpoint file, a run folder or 'last'"
+        )
+    path, folder = resume.candidates(value, Path(trainer.default_root_dir), _logger_spec(trainer))[
+        0
+    ]
+    return resume.load(path, folder)
+
+
+def _logger_spec(trainer: L.Trainer) -> Any:
+    """The trainer's first logger as :func:`~noisylabels.run.resume.logger_base` reads a
+    config's (``False`` without one)."""
+    if not trainer.loggers:
+        return False
+    logger = trainer.loggers[0]
+    if not isinstance(logger, (TensorBoardLogger, CSVLogger)):
+        return SimpleNamespace(class_path=type(logger).__name__, init_args={})
+    return SimpleNamespace(
+        class_path=type(logger).__name__,
+        init_args={"save_dir": logger.save_dir, "name": logger.name},
     )
 
 
 def trainer_options(trainer: L.Trainer, config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The trainer options a resume compares with the checkpoint's: the config's ``trainer``
-    section (every ``--trainer.*`` option of the command line), else the run-length settings
-    of ``trainer`` (a run from Python)."""
+    """The trainer options of a run's identity: the config's ``trainer`` section (every
+    ``--trainer.*`` option of the command line), else the settings of ``trainer`` that decide
+    what a run from Python computes (:data:`PYTHON_TRAINER_OPTIONS`)."""
     section = (config or {}).get("trainer")
     if section is not None:
-        return plain_options(section)
-    return plain_options({name: getattr(trainer, name, None) for name in PYTHON_TRAINER_OPTIONS})
+        return resume.plain_options(section)
+    return resume.plain_options(
+        {name: getattr(trainer, name, None) for name in PYTHON_TRAINER_OPTIONS}
+    )
+
+
+def run_options(trainer: L.Trainer, tail_test_epochs: int) -> dict[str, Any]:
+    """What decides a run's result beyond its hyperparameters and trainer settings: how the
+    best checkpoint is chosen and how many last epochs are tested."""
+    best = trainer.checkpoint_callback
+    monitor = getattr(best, "monitor", None)
+    return {
+        "checkpoint.monitor": monitor,
+        "checkpoint.mode": getattr(best, "mode", None) if monitor else None,
+        "tail_test_epochs": int(tail_test_epochs),
+    }
 
 
 def test_last_and_best(
@@ -278,7 +321,7 @@ def test_last_and_best(
     best one, so that no other checkpoint (e.g. Lightning's SLURM ``hpc_ckpt``) is picked up.
     ``signals``: stop between the two tests where a stop signal arrived. Returns both metrics."""
     metrics: dict[str, Any] = {}
-    last = LastCheckpoint.dirpath(trainer) / LAST
+    last = RunRecorder.dirpath(trainer) / LAST
     last_path = str(last) if last.is_file() else None
     best_path = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
     with warnings.catch_warnings():

@@ -15,7 +15,7 @@ import hashlib
 import json
 import platform
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,23 @@ def config_sha256(config: Mapping[str, Any]) -> str:
         }
     text = json.dumps(kept, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def input_files_sha256(paths: Iterable[str | Path]) -> dict[str, str]:
+    """``{absolute path: SHA-256 of its content}`` of the existing regular files among
+    ``paths`` (a run's label file, T file): what ``results.json`` records as
+    ``provenance.inputs``, so that a result is known stale once a file it read has changed."""
+    out: dict[str, str] = {}
+    for path in paths:
+        file = Path(path).expanduser().absolute()
+        if not file.is_file():
+            continue
+        digest = hashlib.sha256()
+        with open(file, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        out[str(file)] = digest.hexdigest()
+    return out
 
 
 def _config_digest(value: str) -> str:
@@ -134,11 +151,13 @@ def provenance(
     datamodule: Any,
     config: Mapping[str, Any] | None = None,
     command: Sequence[str] | None = None,
+    inputs: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The ``provenance`` block of ``results.json``. ``config``: the resolved command-line
     configuration; without it (a run from Python) the hash is of the model's and data
     module's hyperparameters. ``command``: the command line (``command`` and
-    ``command_sha256`` are ``null`` without it)."""
+    ``command_sha256`` are ``null`` without it). ``inputs``: the SHA-256 of each input file
+    the run read (:func:`input_files_sha256`)."""
     if config is None:
         config = {
             "model": dict(getattr(model, "hparams", {})),
@@ -156,4 +175,5 @@ def provenance(
         "noisy_labels_sha256": labels_sha256(datamodule),
         "command": None if command is None else [str(a) for a in command],
         "command_sha256": None if command is None else command_sha256(command),
+        "inputs": dict(inputs or {}),
     }

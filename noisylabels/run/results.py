@@ -13,9 +13,8 @@ import torch
 from noisylabels.callbacks import TailTest
 from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
-from noisylabels.run.checkpoints import resume_history
 from noisylabels.run.provenance import provenance
-from noisylabels.run.storage import write_json
+from noisylabels.run.record import resume_history
 
 
 def _number(value: Any) -> float | None:
@@ -48,13 +47,18 @@ def build_results(
     resumed: list[dict[str, Any]] | None = None,
     tail: dict[str, Any] | None = None,
     command: Sequence[str] | None = None,
+    inputs: Mapping[str, str] | None = None,
+    protocol_epochs: int | None = None,
+    health: str = "ok",
 ) -> dict[str, Any]:
     """Collect the summary of a finished fit (+ test) into a JSON-ready dict. ``config``: the
     resolved command-line configuration, hashed into ``provenance``; ``resumed``: the fit's
     :func:`resume_history` and ``tail`` its :func:`tail_summary` (read from the trainer when not
     given; a test from a checkpoint restores the callbacks' states of that checkpoint, so a
     caller reads them before testing); ``command``: the run's command line, recorded with its hash
-    in ``provenance``."""
+    in ``provenance``, and ``inputs`` the hashes of the files it read; ``protocol_epochs``: the
+    epochs its config files plan (its preset's protocol, before command-line overrides);
+    ``health``: ``"ok"``, or why the run stopped learning."""
     path, epoch, score = best_checkpoint(trainer)
     monitor = getattr(trainer.checkpoint_callback, "monitor", None)
     val_acc = score if monitor == "val/acc" else None
@@ -76,6 +80,8 @@ def build_results(
         "data": datamodule.data_info() if ours else None,
         "seed": seed,
         "epochs": trainer.current_epoch,
+        "protocol_epochs": protocol_epochs,
+        "health": health,
         "best_epoch": epoch,
         "monitor": monitor,
         "monitor_score": score,
@@ -93,7 +99,7 @@ def build_results(
         "wall_time_s": wall_time_s,
         "checkpoint": path,
         "resumed": resume_history(trainer) if resumed is None else resumed,
-        "provenance": provenance(model, datamodule, config, command),
+        "provenance": provenance(model, datamodule, config, command, inputs),
     }
 
 
@@ -103,9 +109,3 @@ def tail_summary(trainer: L.Trainer) -> dict[str, Any] | None:
         if isinstance(callback, TailTest):
             return callback.summary()
     return None
-
-
-def write_results(results: dict[str, Any], path: str | Path) -> Path:
-    """Write ``results`` as pretty JSON, atomically (a reader never sees half of it), and
-    return the path."""
-    return write_json(path, results)

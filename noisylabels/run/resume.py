@@ -1,26 +1,28 @@
-"""``--ckpt_path``: finding, reading and checking the checkpoint a run resumes from.
+"""``--ckpt_path``: finding and reading the checkpoint a run continues from.
 
-``noisylabels fit --config X --ckpt_path last`` continues the newest run under the config's
-logger folder (the run folder whose ``checkpoints/last.ckpt`` was written last) *in that run
-folder*; ``--ckpt_path RUN_FOLDER`` continues that run, and a checkpoint file inside a run
-folder's ``checkpoints/`` continues that run folder too (a checkpoint from elsewhere starts a new
-run folder from it).
+``noisylabels fit --config X --ckpt_path last`` continues the newest run *of the same experiment*
+under the config's logger folder (the run folders whose ``checkpoints/last.ckpt`` was written
+last come first; one of another experiment is passed over); ``--ckpt_path RUN_FOLDER`` continues
+that run, and a checkpoint file inside a run folder's ``checkpoints/`` continues that run folder
+too (a checkpoint from elsewhere starts a new run folder from it). ``--ckpt_path hpc`` is
+Lightning's newest SLURM checkpoint (``hpc_ckpt_N.ckpt``) under ``--trainer.default_root_dir``,
+read as every checkpoint is.
 
-Unlike Lightning's CLI, the checkpoint's hyperparameters are never applied over the config: the
-config (files and command line) says what runs. What makes a checkpoint another experiment
-(method, backbone and its options, dataset, number of classes, input shape) must agree with the
-config, or the run is refused with the differences named; other differences (e.g.
-``--model.alpha``, ``--model.lr``, and any trainer option such as ``--trainer.max_epochs``,
-which the checkpoint keeps as :data:`TRAINER_OPTIONS` of its ``last.ckpt`` state) are printed,
-used from the resume on, and recorded in ``results.json`` (``resumed[].changed``). The noisy
-labels must be those the checkpoint was trained on (checked by
-:class:`~noisylabels.callbacks.LastCheckpoint`).
+Every checkpoint is read weights-only before anything else (tensors, numbers and containers:
+nothing in the file is executed), and so format-checked before Lightning loads it.
+
+A run continues only as the same experiment (:mod:`noisylabels.run.identity`): the checkpoint
+records the run's identity, which must equal this run's, or the resume is refused before a file
+is touched. A finished run (one with ``results.json``) is never rewritten: continuing it (to
+train longer) starts a new run folder from its ``last.ckpt``. Where the checkpoints are written
+and what they hold is :mod:`noisylabels.run.record`.
 """
 
 from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,27 +30,48 @@ from typing import Any
 import torch
 
 from noisylabels.errors import InputError, MissingFileError, load_error_summary
-from noisylabels.run.compose import import_class
+from noisylabels.run import identity
 
 LAST = "last"
+HPC = "hpc"
 CHECKPOINT_FILE = "last.ckpt"
-# hyperparameters that make a checkpoint another experiment: they must match the config
-IDENTITY = ("backbone", "backbone_kwargs", "num_classes", "input_shape")
+RESULTS_FILE = "results.json"
+CONFIG_FILE = "config.yaml"
+HPC_CHECKPOINTS = "hpc_ckpt_*.ckpt"
 DEFAULT_LOGGER_NAME = "lightning_logs"
-TRAINER_OPTIONS = "trainer_options"
-"""Key of the run's trainer options in the checkpointed state of ``last.ckpt``'s callback."""
+STATE_KEY = "RunRecorder"
+"""Key of the run record's state in a checkpoint's ``callbacks`` (older checkpoints:
+``LastCheckpoint``)."""
+OLD_STATE_KEYS = ("LastCheckpoint",)
 
 
 @dataclass
 class Checkpoint:
-    """A checkpoint the user pointed at: its file, the run folder it continues (``None``: it
-    starts a new one) and the hyperparameters it was trained with."""
+    """A checkpoint the user pointed at: its file, the run folder it belongs to (``origin``,
+    ``None`` for a file outside a run folder), the run folder it continues in place
+    (``run_folder``; ``None``: it starts a new one, as a finished run's does), the identity
+    its run recorded, the :data:`~noisylabels.run.identity.RESUMABLE` options it ran with
+    (flat) and the epochs it completed."""
 
     path: Path
-    run_folder: Path | None
-    model_hparams: dict[str, Any] = field(default_factory=dict)
-    data_hparams: dict[str, Any] = field(default_factory=dict)
-    trainer_options: dict[str, Any] | None = None
+    origin: Path | None
+    identity: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    epochs_done: int | None = None
+    resumes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the checkpoint's run folder holds a finished run (``results.json``)."""
+        return self.origin is not None and (self.origin / RESULTS_FILE).is_file()
+
+    @property
+    def run_folder(self) -> Path | None:
+        """The folder the run continues in: its own, unless finished (never rewritten) or the
+        checkpoint is not its last state (continuing from an earlier one starts a new run)."""
+        if self.origin is None or self.finished:
+            return None
+        return self.origin if self.path.name == CHECKPOINT_FILE else None
 
 
 def logger_base(logger: Any, root: Path) -> Path | None:
@@ -79,10 +102,16 @@ def _last_of(folder: Path) -> Path | None:
     return None
 
 
-def locate(value: str, root: Path, logger: Any) -> tuple[Path, Path | None]:
-    """``(checkpoint file, run folder to continue or None)`` for a ``--ckpt_path`` value:
-    ``last``, a run folder, or a checkpoint file. Raises :class:`MissingFileError` naming what
-    was searched."""
+def _hpc_number(path: Path) -> int:
+    digits = path.stem.rsplit("_", 1)[-1]
+    return int(digits) if digits.isdigit() else -1
+
+
+def candidates(value: str, root: Path, logger: Any) -> list[tuple[Path, Path | None]]:
+    """``(checkpoint file, its run folder or None)`` for a ``--ckpt_path`` value: for ``last``
+    every run under the logger's folder with a ``last.ckpt``, newest first; for ``hpc`` the
+    newest ``hpc_ckpt_N.ckpt`` in ``root``; else the one run folder or file. Raises
+    :class:`MissingFileError` naming what was searched."""
     if value == LAST:
         base = logger_base(logger, root)
         if base is None:
@@ -98,7 +127,16 @@ def locate(value: str, root: Path, logger: Any) -> tuple[Path, Path | None]:
                 "resume from; start a new run without --ckpt_path, or pass a run folder or "
                 "checkpoint file (and the --trainer.default_root_dir it was written under)"
             )
-        return max(found, key=lambda pair: pair[0].stat().st_mtime)
+        return sorted(found, key=lambda pair: pair[0].stat().st_mtime, reverse=True)
+    if value == HPC:
+        found_hpc = sorted(root.glob(HPC_CHECKPOINTS), key=_hpc_number)
+        if not found_hpc:
+            raise MissingFileError(
+                f"--ckpt_path hpc: {root} holds no Lightning SLURM checkpoint "
+                f"({HPC_CHECKPOINTS}); runs here continue from their checkpoints/"
+                f"{CHECKPOINT_FILE}: pass --ckpt_path last or a run folder"
+            )
+        return [(found_hpc[-1], None)]
     path = Path(value).expanduser()
     if path.is_dir():
         last = _last_of(path)
@@ -107,15 +145,15 @@ def locate(value: str, root: Path, logger: Any) -> tuple[Path, Path | None]:
                 f"--ckpt_path {value}: the folder has no checkpoints/{CHECKPOINT_FILE}; pass a "
                 "run folder or a checkpoint file"
             )
-        return last, path
+        return [(last, path)]
     if not path.is_file():
         raise MissingFileError(
             f"--ckpt_path {value}: no such file or folder; pass a checkpoint file, a run "
             "folder, or `last` for the newest run under --trainer.default_root_dir"
         )
     folder = path.parent.parent
-    in_run = path.parent.name == "checkpoints" and (folder / "config.yaml").is_file()
-    return path, folder if in_run else None
+    in_run = path.parent.name == "checkpoints" and (folder / CONFIG_FILE).is_file()
+    return [(path, folder if in_run else None)]
 
 
 def read(path: Path) -> dict[str, Any]:
@@ -146,18 +184,38 @@ def read(path: Path) -> dict[str, Any]:
     return content
 
 
-def load(value: str, root: Path, logger: Any) -> Checkpoint:
-    """Locate and read the checkpoint of ``--ckpt_path value``."""
-    path, folder = locate(value, root, logger)
-    content = read(path)
+def run_state(content: Mapping[str, Any]) -> dict[str, Any]:
+    """The run record's state in a checkpoint's content (empty where it has none)."""
     states = content.get("callbacks") or {}
-    saved = [state[TRAINER_OPTIONS] for state in states.values() if TRAINER_OPTIONS in state]
+    for key in (STATE_KEY, *OLD_STATE_KEYS):
+        if isinstance(states.get(key), Mapping):
+            return dict(states[key])
+    return {}
+
+
+def epochs_done(content: Mapping[str, Any]) -> int | None:
+    """The epochs a checkpoint's run had completed."""
+    loops = content.get("loops") or {}
+    progress = (loops.get("fit_loop") or {}).get("epoch_progress") or {}
+    done = (progress.get("current") or {}).get("completed")
+    return int(done) if isinstance(done, int) else None
+
+
+def load(path: Path, origin: Path | None) -> Checkpoint:
+    """Read the checkpoint ``path`` (of the run folder ``origin``, or ``None``)."""
+    content = read(path)
+    state = run_state(content)
+    options = state.get("options")
+    if options is None:  # an older checkpoint: its trainer options, flat
+        trainer = state.get("trainer_options") or {}
+        options = identity.resumable_options({f"trainer.{k}": v for k, v in trainer.items()})
     return Checkpoint(
         path=path,
-        run_folder=folder,
-        model_hparams=dict(content.get("hyper_parameters") or {}),
-        data_hparams=dict(content.get("datamodule_hyper_parameters") or {}),
-        trainer_options=saved[0] if saved else None,
+        origin=origin,
+        identity=identity.of_checkpoint(content, state),
+        options=dict(options),
+        epochs_done=epochs_done(content),
+        resumes=list(state.get("resumes") or []),
     )
 
 
@@ -171,101 +229,16 @@ def plain_options(options: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dict(options), default=str))
 
 
-def changed_options(
-    old: dict[str, Any] | None, new: dict[str, Any] | None, prefix: str
-) -> dict[str, list[Any]]:
-    """``{"prefix.name": [checkpoint value, current value]}`` for the options both sides know
-    that differ (an option only one side records is not a change: e.g. a checkpoint written
-    before trainer options were kept)."""
-    if not old or not new:
-        return {}
-    return _changes(old, new, set(old) & set(new), prefix)
-
-
-def _class_name(class_path: str | None) -> str | None:
-    return None if not class_path else str(class_path).rsplit(".", 1)[-1]
-
-
-def _same_class(class_path: str | None, obj: Any) -> bool:
-    """Whether ``obj`` is an instance of the class at ``class_path`` (``True`` when unknown)."""
-    if not class_path:
-        return True
-    cls = import_class(str(class_path))
-    if cls is None:  # not importable here: compare the names
-        return type(obj).__name__ == str(class_path).rpartition(".")[2]
-    return type(obj) is cls
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-def changed_hparams(old: dict[str, Any] | None, new: Any, prefix: str) -> dict[str, list[Any]]:
-    """``{"prefix.name": [checkpoint value, current value]}`` for the hyperparameters that
-    differ (internal ``_...`` keys left out)."""
-    if not old:
-        return {}
-    new = dict(new or {})
-    names = {name for name in set(old) | set(new) if not name.startswith("_")}
-    return _changes(old, new, names, prefix)
-
-
-def _changes(
-    old: dict[str, Any], new: dict[str, Any], names: set[str], prefix: str
-) -> dict[str, list[Any]]:
-    """``{"prefix.name": [old value, new value]}`` for the ``names`` whose values differ (a
-    name one side lacks: ``None`` there)."""
-    out = {}
-    for name in sorted(names):
-        before, after = _plain(old.get(name)), _plain(new.get(name))
-        if before != after:
-            out[f"{prefix}.{name}"] = [before, after]
-    return out
-
-
-def check(ckpt: Checkpoint, model: Any, datamodule: Any) -> dict[str, list[Any]]:
-    """Refuse a checkpoint of another experiment than the config's (method, backbone,
-    dataset, classes, input shape), naming every difference; return the other hyperparameters
-    that differ (the config's values win)."""
-    problems = []
-    model_path = ckpt.model_hparams.get("_class_path")
-    if not _same_class(model_path, model):
-        problems.append(f"method {_class_name(model_path)} (config: {type(model).__name__})")
-    data_path = ckpt.data_hparams.get("_class_path")
-    if datamodule is not None and not _same_class(data_path, datamodule):
-        problems.append(f"dataset {_class_name(data_path)} (config: {type(datamodule).__name__})")
-    hparams = dict(getattr(model, "hparams", {}))
-    for name in IDENTITY:
-        if name in ckpt.model_hparams:
-            before, after = _plain(ckpt.model_hparams[name]), _plain(hparams.get(name))
-            if before != after:
-                problems.append(f"{name} {before!r} (config: {after!r})")
-    if problems:
-        raise InputError(
-            f"--ckpt_path {ckpt.path} was trained as another experiment than this config: it "
-            f"has {'; '.join(problems)}. Resume with the config of the checkpoint's run (its "
-            "config.yaml), or start a new run without --ckpt_path."
-        )
-    changed = changed_hparams(ckpt.model_hparams, hparams, "model")
-    if datamodule is not None:
-        changed.update(
-            changed_hparams(ckpt.data_hparams, getattr(datamodule, "hparams", None), "data")
-        )
-    return changed
-
-
-def describe_changes(path: Path, changed: dict[str, list[Any]]) -> str:
-    """The notice printed when resuming with hyperparameters that differ from the checkpoint's."""
-    items = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+def refusal(path: Path, changes: dict[str, list[Any]]) -> str:
+    """The one paragraph of a resume refused because the run would be another experiment."""
+    allowed = ", ".join(identity.RESUMABLE)
     return (
-        f"noisylabels: resuming from {path} with settings that differ from the checkpoint's "
-        f"(the config's values are used from here on and recorded in results.json): {items}"
+        f"--ckpt_path {path} was trained as another experiment than this one: it differs in "
+        f"{identity.describe(changes)}. A resume continues the same experiment: it refuses "
+        "another method, hyperparameter, seed, data or noise (the optimizer and schedule would "
+        "keep the checkpoint's), and may change only "
+        f"{allowed} (docs/runs.md). Resume with the options of the checkpoint's run (its "
+        "config.yaml), or start a new run without --ckpt_path."
     )
 
 

@@ -1,7 +1,7 @@
 """How a run stops on a signal, and how it comes back on SLURM: one checkpoint story.
 
 A run keeps ``checkpoints/last.ckpt``, the end of its last completed epoch
-(:class:`~noisylabels.run.checkpoints.LastCheckpoint`). Whatever stops it, that file is what it
+(:class:`~noisylabels.run.record.RunRecorder`). Whatever stops it, that file is what it
 continues from (``--ckpt_path last``), in the same run folder; the interrupted epoch is redone,
 so the continued run ends with the results of an uninterrupted one.
 

@@ -5,9 +5,10 @@ Every file a reader may open while a run writes it (``results.json``, ``config.y
 the T files, ``unfinished.txt``, ``predictions.csv``, ``sweep_run.json`` and the checkpoints) is
 written to a temporary file in its own folder (``.STEM.PID.tmp.SUFFIX``) and renamed over the old
 one: a reader sees the previous file or the new one, never a part of it, and a run killed while
-writing leaves the previous file (and at most the hidden temporary one). Checkpoints are staged the
-same way by :class:`AtomicCheckpointIO`, in the run's own folder rather than in ``$TMPDIR`` (where
-Lightning's default stages them).
+writing leaves the previous file (and at most the hidden temporary one). A run folder's files are
+written through these by the run record only (:mod:`noisylabels.run.record`), its checkpoints
+included (staged in the run's own folder rather than in ``$TMPDIR``, where Lightning's default
+stages them).
 
 A write that fails because the disk is full or the folder is read-only removes its temporary
 file, so no empty or truncated file is left, and raises :class:`~noisylabels.errors.StorageError`
@@ -28,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.fabric.plugins import TorchCheckpointIO
 
 from noisylabels.errors import StorageError
 
@@ -108,21 +108,6 @@ def torch_bytes(obj: Any) -> bytes:
 def save_torch(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save(obj, path)``, atomically; return the path."""
     return write_bytes(path, torch_bytes(obj))
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint writer for local files, staging each checkpoint beside its final
-    name instead of in ``$TMPDIR``; other paths (URLs) are Lightning's."""
-
-    def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
-    ) -> None:
-        if "://" in str(path):
-            super().save_checkpoint(checkpoint, path, storage_options)
-            return
-        if storage_options is not None:
-            raise TypeError(f"{type(self).__name__} takes no storage_options for local files")
-        write_bytes(path, torch_bytes(checkpoint))
 
 
 def human_size(size: float) -> str:

@@ -44,10 +44,10 @@ import yaml
 from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, MissingFileError
 from noisylabels.methods import NoisyLabelMethod
-from noisylabels.run.checkpoints import LAST
 from noisylabels.run.compose import import_class, listed_files, read_composed, read_yaml
-from noisylabels.run.fit import RESULTS_FILE
 from noisylabels.run.provenance import command_sha256
+from noisylabels.run.resume import CHECKPOINT_FILE as LAST
+from noisylabels.run.rules import RESULTS_FILE
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 CONFIG_KEY = "config"

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noisylabels.run.checkpoints import LAST
 from noisylabels.run.provenance import command_identity
+from noisylabels.run.resume import CHECKPOINT_FILE as LAST
 from noisylabels.run.storage import write_json
 from noisylabels.sweep.grid import RESULTS_FILE, RUN_FILE, Run, Sweep, display_path
 from noisylabels.sweep.lock import holder, read_json

@@ -161,11 +161,11 @@ def test_instance_noise_is_instance_dependent_at_the_pixel_scale() -> None:
     assert share.mean() > 0.4  # uniform flips over 9 classes would give about 0.2
 
 
-def test_noise_recorder_saves_the_measured_T_where_there_is_no_true_T(tmp_path: Path) -> None:
+def test_the_run_record_saves_the_measured_T_where_there_is_no_true_T(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
     from noisylabels.noise import load_transition
-    from noisylabels.run import NoiseRecorder
+    from noisylabels.run import RunRecorder
 
     for noise_type, name in (("instance", "empirical_transition.csv"), ("pair", "transition.csv")):
         dm = DigitsDataModule(noise_type=noise_type, noise_rate=0.3)
@@ -174,7 +174,7 @@ def test_noise_recorder_saves_the_measured_T_where_there_is_no_true_T(tmp_path: 
         trainer = SimpleNamespace(
             datamodule=dm, is_global_zero=True, loggers=[], default_root_dir=str(out)
         )
-        NoiseRecorder().setup(trainer, None, "fit")
+        RunRecorder()._write_noise(trainer)
         assert sorted(p.name for p in out.iterdir()) == sorted([name, "noise.pt"])
         expected = dm.noise_state()[
             "empirical_transition" if noise_type == "instance" else "transition"

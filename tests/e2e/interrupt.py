@@ -42,9 +42,9 @@ class LastCheckpointProbe(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         import torch
 
-        from noisylabels.run import LastCheckpoint
+        from noisylabels.run import RunRecorder
 
-        path = LastCheckpoint.dirpath(trainer) / "last.ckpt"
+        path = RunRecorder.dirpath(trainer) / "last.ckpt"
         if not path.is_file():
             self.completed.append(-1)
             return

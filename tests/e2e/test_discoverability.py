@@ -5,6 +5,7 @@ ValueError/TypeError, configs that compose, and documents that exist where confi
 from __future__ import annotations
 
 import csv
+import json
 import re
 import subprocess
 import sys
@@ -65,9 +66,10 @@ def test_composed_runs_get_a_folder_named_after_data_and_method(tmp_path, monkey
     assert (tmp_path / "runs/digits_forward_vrnl/lightning_logs/version_0/config.yaml").is_file()
     cli = run(["fit", *groups, "--trainer.max_epochs", "2", "--ckpt_path", "last", *quiet])
     assert cli.trainer.current_epoch == 2
-    assert [p.name for p in (tmp_path / "runs/digits_forward_vrnl/lightning_logs").iterdir()] == [
-        "version_0"
-    ]
+    logs = tmp_path / "runs/digits_forward_vrnl/lightning_logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["version_0", "version_1"]  # a new folder
+    continued = json.loads((logs / "version_1" / "results.json").read_text())
+    assert continued["resumed"][0]["from"].endswith("version_0/checkpoints/last.ckpt")
     cases = {
         ("MNISTDataModule", "Forward", "estimate", "dual_t", 0.1): "mnist_forward_dualt_vrnl",
         ("CIFAR10DataModule", "Reweight", True, "anchor", 0.0): "cifar10_reweight",

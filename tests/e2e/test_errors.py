@@ -27,6 +27,9 @@ REWEIGHT = ["--model.class_path", "noisylabels.methods.Reweight"]
 ESTIMATE = ["--model.transition", "estimate"]
 SECRET = "s3cr3t-token-never-printed"  # in a file given as a config by mistake
 OTHER_SUBCOMMANDS = ("report", "plot")  # cases run as given, not as `fit`
+STAGES = ("test", "validate", "predict")  # Lightning's other stages, given first in a case
+# the options of the fixtures' runs besides their config (a resume of them repeats them)
+FIXTURE_RUN = ["--trainer.limit_train_batches", "2"]
 
 
 class RunsCode:
@@ -107,6 +110,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
         (root / "damaged_runs" / name).mkdir(parents=True)
         (root / "damaged_runs" / name / "results.json").write_text(text)
     (root / "a_file").write_text("a file, not a folder\n")
+    (root / "hpc_root").mkdir()  # a planted Lightning SLURM checkpoint that runs code
+    torch.save({"state_dict": {}, "payload": RunsCode(marker)}, root / "hpc_root/hpc_ckpt_1.ckpt")
+    _fit(root / "flat_run", "--config", QUICKSTART, *CE_ON_DIGITS, "--trainer.logger", "false")
     bad_mnist = root / "bad_mnist"
     make_mnist(bad_mnist, n_train=200, n_test=40)
     images = bad_mnist / "MNIST" / "raw" / "train-images-idx3-ubyte"
@@ -188,9 +194,9 @@ CASES: list[tuple[str, Case, int]] = [
     ("ckpt-last-without-runs", lambda f: (["--config", QUICKSTART, "--ckpt_path", "last"],
      "--ckpt_path last"), 2),
     ("ckpt-other-method", lambda f: (["--config", QUICKSTART, "--ckpt_path",
-     str(f.digits_ckpt)], "method CE (config: Forward)"), 2),
+     str(f.digits_ckpt)], "model.class"), 2),
     ("ckpt-other-dataset", lambda f: (["--config", QUICKSTART, "--ckpt_path",
-     str(f.mnist_ckpt)], "dataset MNISTDataModule (config: DigitsDataModule)"), 2),
+     str(f.mnist_ckpt)], "data.class"), 2),
     ("ckpt-other-backbone", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
      "--model.backbone_kwargs", "{hidden: [32]}", "--ckpt_path", str(f.digits_ckpt)],
      "backbone_kwargs"), 2),
@@ -243,6 +249,36 @@ CASES: list[tuple[str, Case, int]] = [
      str(f.root / "T_str.pt")], "T_str.pt holds a str"), 2),
     # ---- a run that diverges
     ("diverged", lambda f: (["--config", QUICKSTART, "--model.lr", "1e6"], "--model.lr"), 3),
+    # ---- runs, folders and resumes
+    ("max-epochs-forever", lambda f: (["--config", QUICKSTART, "--trainer.max_epochs", "-1"],
+     "trains forever"), 2),
+    ("min-epochs-over-max", lambda f: (["--config", QUICKSTART, "--trainer.min_epochs", "5",
+     "--trainer.max_epochs", "2"], "--trainer.min_epochs 5 is more than"), 2),
+    ("root-is-a-file", lambda f: (["--config", QUICKSTART, "--trainer.default_root_dir",
+     str(f.root / "a_file" / "runs")], "is a file, not a folder"), 2),
+    ("root-name-too-long", lambda f: (["--config", QUICKSTART, "--trainer.default_root_dir",
+     str(f.root / ("x" * 300))], "bytes long, more than"), 2),
+    ("monitor-misspelt", lambda f: (["--config", QUICKSTART, "--trainer.max_epochs", "1",
+     "--checkpoint.monitor", "val/accuracy"], "--checkpoint.monitor val/accuracy"), 2),
+    ("test-best-without-a-fit", lambda f: (["test", "--config", QUICKSTART, "--ckpt_path",
+     "best"], "--ckpt_path best"), 2),
+    ("hpc-checkpoint-none-there", lambda f: (["--config", QUICKSTART, "--ckpt_path", "hpc"],
+     "--ckpt_path hpc"), 2),
+    ("hpc-checkpoint-runs-code", lambda f: (["--config", QUICKSTART, "--trainer.default_root_dir",
+     str(f.root / "hpc_root"), "--ckpt_path", "hpc", "--weights_only", "false"],
+     "hpc_ckpt_1.ckpt"), 2),
+    ("resume-with-another-lr", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
+     *FIXTURE_RUN, "--trainer.max_epochs", "2", "--model.lr", "0.5", "--ckpt_path",
+     str(f.digits_ckpt)], "model.lr 0.05 (now 0.5)"), 2),
+    ("resume-with-another-seed", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
+     *FIXTURE_RUN, "--trainer.max_epochs", "2", "--seed_everything", "3", "--ckpt_path",
+     str(f.digits_ckpt)], "seed 0 (now 3)"), 2),
+    ("resume-finished-run-same-length", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
+     *FIXTURE_RUN, "--trainer.max_epochs", "1", "--ckpt_path", str(f.digits_ckpt)],
+     "trains nothing more"), 2),
+    ("second-run-in-a-run-folder", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
+     "--trainer.logger", "false", "--trainer.default_root_dir", str(f.root / "flat_run")],
+     "already holds a run"), 2),
     # ---- the other subcommands
     ("report-damaged-results-strict", lambda f: (["report", str(f.root / "report_runs"),
      "--strict"], "cut/results.json is not valid JSON"), 2),
@@ -256,11 +292,14 @@ CASES: list[tuple[str, Case, int]] = [
 
 
 def command_line(args: list[str], root: Path) -> list[str]:
-    """The argv of a case: a ``fit`` into ``root`` unless it names another subcommand."""
+    """The argv of a case: a ``fit`` (or the stage it names first) into ``root`` (unless it
+    names its own root), or another subcommand as given."""
     if args[0] in OTHER_SUBCOMMANDS:
         return list(args)
-    return ["fit", *args, "--trainer.default_root_dir", str(root),
-            "--trainer.enable_progress_bar", "false"]  # fmt: skip
+    stage, args = (args[0], args[1:]) if args[0] in STAGES else ("fit", args)
+    if "--trainer.default_root_dir" not in args:
+        args = [*args, "--trainer.default_root_dir", str(root)]
+    return [stage, *args, "--trainer.enable_progress_bar", "false"]
 
 
 def error_lines(err: str) -> list[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -106,7 +108,7 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(run_cli, tmp_path: P
     last = last_checkpoint(root)
     state = torch.load(last, weights_only=True)
     assert state["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 1
-    assert {"torch", "numpy", "python"} <= set(state["callbacks"]["LastCheckpoint"]["rng"])
+    assert {"torch", "numpy", "python"} <= set(state["callbacks"]["RunRecorder"]["rng"])
 
     run_cli("fit", *QUICK, "--trainer.max_epochs", "2", "--ckpt_path", "last", root=root)
     resumed = assert_same_run(tmp_path / "straight", root)
@@ -170,86 +172,201 @@ def test_sigterm_keeps_last_checkpoint_exits_nonzero_and_resumes(tmp_path: Path)
     assert not (folder / "unfinished.txt").exists()
 
 
-def test_resume_with_a_changed_hyperparameter_uses_and_records_it(
-    run_cli, tmp_path: Path, capsys
+# what decides what a run computes, changed on resume: each is refused with every file as it was
+# (the optimizer and schedule would keep the checkpoint's values while the record said otherwise)
+IDENTITY_CHANGES = {
+    "model.lr": ["--model.lr", "1e-7"],
+    "model.weight_decay": ["--model.weight_decay", "0.1"],
+    "model.momentum": ["--model.momentum", "0.5"],
+    "model.alpha": ["--model.alpha", "0.3"],
+    "model.milestones": ["--model.milestones", "[1]"],
+    "model.lr_gamma": ["--model.lr_gamma", "0.5"],
+    "model.optimizer": ["--model.optimizer", "adam", "--model.warmup_momentum", "null"],
+    "seed": ["--seed_everything", "7"],
+    "data.noise_seed": ["--data.noise_seed", "5"],
+    "data.noise_rate": ["--data.noise_rate", "0.3"],
+    "data.batch_size": ["--data.batch_size", "32"],
+    "trainer.gradient_clip_val": ["--trainer.gradient_clip_val", "0.5"],
+    "trainer.accumulate_grad_batches": ["--trainer.accumulate_grad_batches", "2"],
+    "checkpoint.monitor": ["--checkpoint.monitor", "val/loss", "--checkpoint.mode", "min"],
+}
+ONE_EPOCH = [*QUICK, "--trainer.limit_train_batches", "3"]
+
+
+def snapshot(root: Path) -> dict[Path, bytes]:
+    """Every file under ``root`` with its bytes."""
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The root of a run stopped after 1 of its epochs (its results.json not yet written)."""
+    from noisylabels.cli import run
+
+    root = tmp_path_factory.mktemp("stopped")
+    run(["fit", *ONE_EPOCH, "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(root),
+         "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    next(root.rglob("results.json")).unlink()  # as a run killed in its final test leaves it
+    return root
+
+
+@pytest.mark.parametrize("option", list(IDENTITY_CHANGES))
+def test_a_resume_that_changes_the_experiment_is_refused_and_touches_nothing(
+    option: str, stopped_run: Path, run_cli, tmp_path: Path
 ) -> None:
-    """A hyperparameter given on the command line wins over the checkpoint's, is announced and
-    recorded; the checkpoint's value is never applied over the config."""
-    run_cli("fit", *QUICK, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3")
-    capsys.readouterr()
-    cli = run_cli(
-        "fit", *QUICK, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
-        "--model.alpha", "0.3", "--ckpt_path", "last",
-    )  # fmt: skip
-    assert cli.model.alpha == 0.3
-    notice = capsys.readouterr().err
-    assert "model.alpha: 0.1 -> 0.3" in notice and "trainer.max_epochs: 1 -> 2" in notice
-    results = read_results(tmp_path)
-    assert results["alpha"] == 0.3 and results["epochs"] == 2
+    """A resume continues the same experiment: an optimization option, the seed, the data or
+    the model selection changed on resume is refused, naming it, and every file of the run is
+    byte for byte what it was (no file added)."""
+    from noisylabels.errors import InputError
+
+    root = tmp_path / "run"
+    shutil.copytree(stopped_run, root)
+    before = snapshot(root)
+    with pytest.raises(InputError, match=re.escape(option)) as refused:
+        run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "2", *IDENTITY_CHANGES[option],
+                "--ckpt_path", "last", root=root)  # fmt: skip
+    assert "was trained as another experiment" in str(refused.value)
+    assert snapshot(root) == before
+
+
+def test_a_resume_records_the_options_it_may_change(stopped_run: Path, run_cli, tmp_path) -> None:
+    """The options that may change on resume (identity.RESUMABLE: the run's length, logging,
+    what the terminal shows) are announced and recorded, and the run continues in its folder."""
+    root = tmp_path / "run"
+    shutil.copytree(stopped_run, root)
+    run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "1",
+            "--ckpt_path", "last", root=root)  # fmt: skip
+    results = read_results(root)
+    assert results["epochs"] == 2
     assert results["resumed"][0]["changed"] == {
-        "model.alpha": [0.1, 0.3],
+        "trainer.default_root_dir": [str(stopped_run), str(root)],  # the run folder was copied
+        "trainer.log_every_n_steps": [5, 1],
         "trainer.max_epochs": [1, 2],
     }
 
 
-def test_resume_records_every_changed_trainer_option(run_cli, tmp_path: Path, capsys) -> None:
-    """Trainer options (not only the method's and the data's) that differ from the checkpoint's
-    run are printed and recorded: a longer run and another gradient clipping; an option given
-    again with its old value is not a change."""
-    run_cli("fit", *QUICK, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3")
+def test_a_resume_below_the_epochs_done_is_refused(stopped_run: Path, run_cli, tmp_path) -> None:
+    from noisylabels.errors import InputError
+
+    root = tmp_path / "run"
+    shutil.copytree(stopped_run, root)
+    before = snapshot(root)
+    with pytest.raises(InputError, match="completed 1 epochs, more than --trainer.max_epochs 0"):
+        run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "0", "--ckpt_path", "last", root=root)
+    assert snapshot(root) == before
+
+
+def test_last_continues_the_newest_run_of_the_same_experiment(run_cli, tmp_path: Path) -> None:
+    """Two experiments under one root (README's estimated-T and true-T Forward runs share
+    their preset's folder): --ckpt_path last continues the one of this experiment, not the
+    newest, and refuses where none is of it."""
+    from noisylabels.errors import InputError
+
+    for alpha in ("0.1", "0.0"):  # the run of alpha 0.1, then a newer one of 0
+        run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "1", "--model.alpha", alpha)
+    for results in tmp_path.rglob("results.json"):
+        results.unlink()
+    run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "2", "--model.alpha", "0.1",
+            "--ckpt_path", "last")  # fmt: skip
+    finished = json.loads(next(tmp_path.rglob("results.json")).read_text())
+    assert finished["alpha"] == 0.1 and finished["epochs"] == 2
+    assert "/version_0/" in finished["resumed"][0]["from"]
+    with pytest.raises(InputError, match="none of the 2 runs"):
+        run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "2", "--model.alpha", "0.2",
+                "--ckpt_path", "last")  # fmt: skip
+
+
+def test_a_finished_run_is_never_rewritten(run_cli, tmp_path: Path, capsys) -> None:
+    """Continuing a finished run (to train it longer) starts a new run folder from its
+    last.ckpt and leaves the finished one as it was; with the same length it is refused."""
+    from noisylabels.errors import InputError
+
+    run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "1")
+    before = snapshot(tmp_path)
+    with pytest.raises(InputError, match="trains nothing more"):
+        run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "1", "--ckpt_path", "last")
+    assert snapshot(tmp_path) == before
     capsys.readouterr()
-    run_cli(
-        "fit", *QUICK, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
-        "--trainer.gradient_clip_val", "0.5", "--ckpt_path", "last",
-    )  # fmt: skip
-    notice = [line for line in capsys.readouterr().err.splitlines() if "resuming from" in line]
-    assert len(notice) == 1
-    assert "trainer.max_epochs: 1 -> 2" in notice[0]
-    assert "trainer.gradient_clip_val: None -> 0.5" in notice[0]
-    assert "limit_train_batches" not in notice[0]
-    assert read_results(tmp_path)["resumed"][0]["changed"] == {
-        "trainer.gradient_clip_val": [None, 0.5],
-        "trainer.max_epochs": [1, 2],
-    }
+    run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "2", "--ckpt_path", "last")
+    assert "is a finished run, which is never rewritten" in capsys.readouterr().err
+    after = snapshot(tmp_path)
+    assert {p: v for p, v in after.items() if p in before} == before
+    longer = json.loads((tmp_path / "lightning_logs/version_1/results.json").read_text())
+    assert longer["epochs"] == 2 and longer["resumed"][0]["epochs_done"] == 1
+
+
+def test_a_copied_run_folder_keeps_its_best_checkpoint(run_cli, tmp_path: Path) -> None:
+    """A run folder copied elsewhere and continued there keeps the best checkpoint and score
+    it had (Lightning's own bookkeeping resets them where the folder's path changed, and would
+    then select a worse epoch): it ends as the uninterrupted run does."""
+    run_cli("fit", *QUICK, "--trainer.max_epochs", "3", root=tmp_path / "straight")
+    run_cli("fit", *QUICK, "--trainer.max_epochs", "2", root=tmp_path / "first")
+    next((tmp_path / "first").rglob("results.json")).unlink()
+    shutil.copytree(tmp_path / "first", tmp_path / "copy")
+    shutil.rmtree(tmp_path / "first")
+    folder = next((tmp_path / "copy").rglob("last.ckpt")).parents[1]
+    run_cli("fit", *QUICK, "--trainer.max_epochs", "3", "--ckpt_path", str(folder),
+            root=tmp_path / "copy")  # fmt: skip
+    straight, copied = read_results(tmp_path / "straight"), read_results(tmp_path / "copy")
+    assert copied["checkpoint"].startswith(str(folder))
+    for key in ("best_epoch", "monitor_score", "test_acc", "test_acc_last"):
+        assert copied[key] == straight[key], key
 
 
 def test_resume_from_python_records_the_changed_run_length(tmp_path: Path) -> None:
-    """fit_and_test from Python (no config): the trainer's run-length settings are compared."""
+    """fit_and_test from Python (no config): the trainer's run-length settings are recorded
+    where they changed; the finished run is continued in another folder."""
     from lightning import Trainer
 
     from noisylabels.data import DigitsDataModule
     from noisylabels.methods import CE
     from noisylabels.run import fit_and_test
 
-    def run(epochs: int, ckpt_path: str | None = None) -> dict:
+    def run(epochs: int, root: Path, ckpt_path: str | None = None) -> dict:
         trainer = Trainer(
-            max_epochs=epochs, limit_train_batches=2, default_root_dir=tmp_path, logger=False,
+            max_epochs=epochs, limit_train_batches=2, default_root_dir=root, logger=False,
             enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
         )  # fmt: skip
         model = CE(backbone="mlp", num_classes=10, input_shape=(1, 8, 8))
         return fit_and_test(model, DigitsDataModule(), trainer, ckpt_path=ckpt_path, test=False)
 
-    run(1)
-    results = run(2, str(last_checkpoint(tmp_path)))
+    run(1, tmp_path / "first")
+    results = run(2, tmp_path / "longer", str(last_checkpoint(tmp_path / "first")))
     assert results["resumed"][0]["changed"] == {"trainer.max_epochs": [1, 2]}
 
 
 def test_resume_with_other_noisy_labels_is_refused(run_cli, tmp_path: Path) -> None:
+    """The labels a run trains on are part of what it is: a label file edited since the run
+    started is refused on resume (its content's hash, and the labels' own), files untouched."""
     from noisylabels.errors import InputError
 
-    run_cli("fit", *QUICK, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2")
-    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    with pytest.raises(InputError, match="noisy labels of this run differ"):
-        run_cli(
-            "fit", *QUICK, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "2",
-            "--data.noise_seed", "5", "--ckpt_path", "last",
-        )  # fmt: skip
-    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    # the refused resume changed nothing the finished run wrote (results, checkpoints)
-    assert {p: v for p, v in after.items() if p.suffix in (".json", ".ckpt")} == {
-        p: v for p, v in before.items() if p.suffix in (".json", ".ckpt")
-    }
-    assert not list(tmp_path.rglob("unfinished.txt"))
+    labels = tmp_path / "labels.csv"
+    ce = [*QUICK, "--model", "CE", "--model.warmup_epochs", "0"]
+    run_cli("fit", *ce, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+            "--data.noise_type", "file", "--data.noise_file", str(labels_file(labels)),
+            root=tmp_path / "runs")  # fmt: skip
+    next((tmp_path / "runs").rglob("results.json")).unlink()
+    flipped = labels.read_text().splitlines()
+    flipped[0] = str((int(flipped[0]) + 1) % 10)
+    labels.write_text("\n".join(flipped) + "\n")
+    before = snapshot(tmp_path / "runs")
+    with pytest.raises(InputError, match="inputs.data.noise_file") as refused:
+        run_cli("fit", *ce, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "2",
+                "--data.noise_type", "file", "--data.noise_file", str(labels),
+                "--ckpt_path", "last", root=tmp_path / "runs")  # fmt: skip
+    assert "labels.sha256" in str(refused.value)
+    assert snapshot(tmp_path / "runs") == before
+
+
+def labels_file(path: Path) -> Path:
+    """A label file of the digits' training labels with 20 % of them flipped."""
+    from noisylabels.data import DigitsDataModule
+
+    clean = DigitsDataModule(noise_type="none").load().train_clean
+    noisy = clean.clone()
+    noisy[::5] = (noisy[::5] + 1) % 10
+    path.write_text("\n".join(str(int(v)) for v in noisy) + "\n")
+    return path
 
 
 def test_last_checkpoint_is_written_every_epoch_in_the_warmup(run_cli, tmp_path: Path) -> None:

@@ -268,10 +268,11 @@ def test_estimated_T_real_tiny_run_then_resume(run_cli, tmp_path, mnist_dir, mon
         "--ckpt_path", str(folder / "checkpoints" / "last.ckpt"),
         "--data.data_dir", str(mnist_dir), *TINY, root=first,
     )  # fmt: skip
-    # the run continues in its own folder, with the same T̂, one more epoch
-    assert run_dir_of(first) == folder
-    assert torch.allclose(load_transition(folder / "transition_estimate.csv", 10), T_hat)
-    resumed = read_results(first)
+    # a finished run is never rewritten: it continues in a new run folder, with the same T̂,
+    # one more epoch
+    continued = folder.parent / "version_1"
+    assert torch.allclose(load_transition(continued / "transition_estimate.csv", 10), T_hat)
+    resumed = json.loads((continued / "results.json").read_text())
     assert resumed["epochs"] == 3
     assert resumed["resumed"] == [  # the larger --trainer.max_epochs is recorded
         {

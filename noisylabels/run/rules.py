@@ -1,0 +1,168 @@
+"""The rules of a run folder: what it holds, and whether a run may be recorded in it.
+
+A run folder holds one run. A new run is never recorded in a folder that holds another run's
+files (:data:`RUN_FILES`, checkpoints), whether finished or not: the run is refused instead,
+before anything is written. A run continued from a checkpoint (:mod:`noisylabels.run.resume`)
+must be the same experiment (:mod:`noisylabels.run.identity`); it continues in its own folder
+where that run is unfinished and the checkpoint is its newest state (``last.ckpt``), and
+elsewhere in a new folder; a finished run is never rewritten. :func:`admission` says which, or
+why not.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from noisylabels.run import identity as ident
+from noisylabels.run import resume
+from noisylabels.run.artifacts import DYNAMICS_FILE, ERROR_FILE, ESTIMATE_FILE, NOISE_FILE
+from noisylabels.run.defaults import CONFIG_FILE
+
+LAST = resume.CHECKPOINT_FILE
+RESULTS_FILE = resume.RESULTS_FILE
+UNFINISHED = "unfinished.txt"
+TRANSITION_FILE = "transition.csv"
+EMPIRICAL_FILE = "empirical_transition.csv"
+CHECKPOINTS = "checkpoints"
+RUN_FILES = (
+    CONFIG_FILE,
+    NOISE_FILE,
+    TRANSITION_FILE,
+    EMPIRICAL_FILE,
+    RESULTS_FILE,
+    ESTIMATE_FILE,
+    ERROR_FILE,
+    DYNAMICS_FILE,
+    UNFINISHED,
+)
+"""The files of a run folder, all written by :class:`RunRecorder` (and the checkpoints)."""
+# what a run folder holds before its first checkpoint: such a folder is removed when it fails
+SETUP_FILES = {CONFIG_FILE, NOISE_FILE, TRANSITION_FILE, EMPIRICAL_FILE, "hparams.yaml"}
+NAME_MAX = 255  # bytes of a file name, where the file system does not say
+
+
+def run_files(folder: Path) -> list[str]:
+    """The run files (and checkpoints) that ``folder`` holds: a folder holding any holds a run."""
+    found = [name for name in RUN_FILES if (folder / name).exists()]
+    found += [f"{CHECKPOINTS}/{p.name}" for p in sorted((folder / CHECKPOINTS).glob("*.ckpt"))]
+    return found
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return NAME_MAX
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long, a loop of links: not a usable folder either
+        return False
+
+
+def folder_problem(folder: Path) -> str | None:
+    """What makes ``folder`` unusable as a run folder (a name longer than the file system
+    allows, a part of its path that is a file), as a sentence; ``None`` where it is usable."""
+    folder = Path(os.path.abspath(folder))
+    existing = next(p for p in (folder, *folder.parents) if _exists(p))
+    limit = _name_max(existing) if existing.is_dir() else NAME_MAX
+    long = [part for part in folder.parts if len(os.fsencode(part)) > limit]
+    if long:
+        return (
+            f"the run folder {folder} cannot be made: its part {long[0][:40]}... is "
+            f"{len(os.fsencode(long[0]))} bytes long, more than the {limit} a name may have "
+            "here; choose a shorter --trainer.default_root_dir (or logger name/version)"
+        )
+    if not existing.is_dir():
+        return (
+            f"the run folder {folder} cannot be made: {existing} is a file, not a folder; "
+            "choose another --trainer.default_root_dir (or logger save_dir)"
+        )
+    return None
+
+
+def same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def admission(
+    folder: Path,
+    resume_from: resume.Checkpoint | None,
+    identity: dict[str, Any],
+    max_epochs: int | None,
+) -> tuple[str | None, bool]:
+    """Whether a run of ``identity`` (continuing ``resume_from``, or new) may be recorded in
+    ``folder``: ``(None, in_place)`` where it may (``in_place``: it continues its checkpoint's
+    own run folder), ``(why not, False)`` where not, as one paragraph."""
+    problem = folder_problem(folder)
+    if problem is not None:
+        return problem, False
+    ckpt = resume_from
+    present = run_files(folder) if folder.is_dir() else []
+    if ckpt is None:
+        if present:
+            return (
+                f"the run folder {folder} already holds a run ({', '.join(present[:4])}): a "
+                "run never writes over another. Write this run elsewhere "
+                "(--trainer.default_root_dir, or the logger's folder), or continue that run "
+                f"with --ckpt_path {folder}"
+            ), False
+        return None, False
+    changes = ident.differences(ckpt.identity, identity)
+    if changes:
+        return resume.refusal(ckpt.path, changes), False
+    done, limit = ckpt.epochs_done, max_epochs
+    if done is not None and limit is not None and 0 <= limit < done:
+        return (
+            f"--ckpt_path {ckpt.path} has completed {done} epochs, more than "
+            f"--trainer.max_epochs {limit}: a resume cannot train fewer epochs than were "
+            f"done. Resume with --trainer.max_epochs {done} or more"
+        ), False
+    if ckpt.origin is not None and same_folder(folder, ckpt.origin):
+        if ckpt.finished:
+            return (
+                f"{ckpt.origin} holds a finished run ({RESULTS_FILE}), which is never "
+                "rewritten; continue it in another run folder (a new version of the "
+                "logger, or another --trainer.default_root_dir)"
+            ), False
+        if ckpt.path.name != LAST:
+            return (
+                f"--ckpt_path {ckpt.path} is not the newest state of its run "
+                f"({CHECKPOINTS}/{LAST}): continuing from it in its own folder would "
+                "rewrite the run's later epochs; continue from its last.ckpt, or write the "
+                "continued run elsewhere"
+            ), False
+        return None, True
+    if present:
+        return (
+            f"the run folder {folder} already holds a run ({', '.join(present[:4])}): a "
+            "run never writes over another; write the continued run elsewhere"
+        ), False
+    if ckpt.finished and done is not None and limit is not None and 0 <= limit <= done:
+        return (
+            f"--ckpt_path {ckpt.path} is of a finished run of {done} epochs: continuing it "
+            f"with --trainer.max_epochs {limit} trains nothing more (give more epochs)"
+        ), False
+    return None, False
+
+
+def only_setup_files(folder: Path, root: Path) -> bool:
+    """Whether ``folder`` is a logger's run folder holding nothing but what a run writes before
+    training (no checkpoint, no results)."""
+    if folder.resolve() == root.resolve():
+        return False
+    for path in folder.rglob("*"):
+        name = path.name
+        if path.is_dir():
+            if name != CHECKPOINTS:
+                return False
+        elif name not in SETUP_FILES and not name.startswith("events.out.tfevents."):
+            return False
+    return True
