@@ -19,7 +19,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,7 +121,7 @@ class Record:
 def _sweep_point(results: Path, root: Path) -> dict[str, Any]:
     for folder in [results.parent, *results.parent.parents]:
         file = folder / RUN_FILE
-        if file.is_file():
+        if os.path.lexists(file):
             point = _read_json(file).get("point", {})
             if not isinstance(point, dict):
                 raise DamagedRun(f"{file} has no grid point (its 'point' is not a mapping)")
@@ -130,16 +132,55 @@ def _sweep_point(results: Path, root: Path) -> dict[str, Any]:
 
 
 class DamagedRun(InputError):
-    """A run's file that cannot be read into a record (damaged, empty, not what it should
-    be); the message names the file."""
+    """A run's file that cannot be read into a record (damaged, empty, not a regular file, not
+    what it should be); the message names the file."""
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
+def read_regular(file: Path) -> str:
+    """The UTF-8 text of ``file``, a regular file (a symbolic link is followed);
+    :class:`DamagedRun` naming it otherwise. A named pipe, socket or device is never opened (a
+    pipe without a writer blocks a reader for ever): it is looked at with ``stat``, and the file
+    opened is checked again, in case it was replaced in between."""
+    try:
+        mode = os.stat(file).st_mode
+    except OSError as err:
+        raise DamagedRun(f"{file} cannot be read: {err.strerror or err}") from None
+    if not stat.S_ISREG(mode):
+        raise DamagedRun(f"{file} is {_file_kind(mode)}, not a regular file")
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as err:
+        raise DamagedRun(f"{file} cannot be read: {err.strerror or err}") from None
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(handle.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise DamagedRun(f"{file} is {_file_kind(mode)}, not a regular file")
+        try:
+            data = handle.read()
+        except OSError as err:
+            raise DamagedRun(f"{file} cannot be read: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DamagedRun(f"{file} cannot be read: {err}") from None
 
 
 def _read_json(file: Path) -> dict[str, Any]:
     """A JSON object from ``file``; :class:`DamagedRun` naming it otherwise."""
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise DamagedRun(f"{file} cannot be read: {err}") from None
+    text = read_regular(file)
     if not text.strip():
         raise DamagedRun(f"{file} is empty")
     try:
@@ -154,11 +195,11 @@ def _read_json(file: Path) -> dict[str, Any]:
 
 
 def _read_config(file: Path) -> dict[str, Any]:
-    if not file.is_file():
+    if not file.exists():
         return {}
     try:
-        config = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        config = yaml.safe_load(read_regular(file))
+    except yaml.YAMLError as err:
         summary = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise DamagedRun(f"{file} cannot be read as YAML: {summary}") from None
     if config is not None and not isinstance(config, dict):
@@ -191,22 +232,30 @@ def _record(file: Path, root: Path) -> Record:
     return Record(file, fields, results.get("seed"), metrics, eps_t, config)
 
 
+def _mtime(file: Path) -> float:
+    try:
+        return os.stat(file).st_mtime
+    except OSError:  # a dangling link: chosen last, and named as damaged if chosen
+        return -math.inf
+
+
 def collect(runs_dir: str | Path, skipped: list[str] | None = None) -> list[Record]:
     """Every run under ``runs_dir`` with a ``results.json`` (the newest, where a folder has
     several, e.g. a run resumed into a new version folder).
 
-    A run whose ``results.json`` (or ``config.yaml``, ``sweep_run.json``) is damaged, empty or
-    not a run's: with ``skipped`` (a list) it is left out and a line naming the file and what
-    is wrong is appended to ``skipped``; without it :class:`DamagedRun` (an
-    :class:`InputError`) naming the file is raised (``noisylabels report --strict``)."""
+    A run whose ``results.json`` (or ``config.yaml``, ``sweep_run.json``) is damaged, empty,
+    not a regular file or not a run's: with ``skipped`` (a list) it is left out and a line
+    naming the file and what is wrong is appended to ``skipped``; without it
+    :class:`DamagedRun` (an :class:`InputError`) naming the file is raised (``noisylabels
+    report --strict``)."""
     root = Path(runs_dir)
     if not root.is_dir():
         raise MissingFileError(f"runs folder {root} does not exist")
     newest: dict[Path, Path] = {}
     for file in root.rglob(RESULTS_FILE):
         inside = [f for f in file.parents if f == root or root in f.parents]
-        point_dir = next((f for f in inside if (f / RUN_FILE).is_file()), file.parent)
-        if point_dir not in newest or file.stat().st_mtime > newest[point_dir].stat().st_mtime:
+        point_dir = next((f for f in inside if os.path.lexists(f / RUN_FILE)), file.parent)
+        if point_dir not in newest or _mtime(file) > _mtime(newest[point_dir]):
             newest[point_dir] = file
     records = []
     for file in sorted(newest.values()):
