@@ -12,6 +12,16 @@ Paired statistics (VRNL against its base method, :func:`paired_difference`): the
 difference per seed is the effect of VRNL; reported are its mean, a 95 % confidence interval
 from Student's t distribution with n − 1 degrees of freedom, and the two-sided p-value of the
 paired t-test (``scipy.stats.ttest_rel``).
+
+No number is believed blindly. A run's problems (:class:`Problem`) are found when it is read:
+a metric that is not a finite number in [0, 1] (``NaN``, ``Infinity``, ``87.0``, ``"0.9"``,
+``true``, or none), a ``health`` other than ``"ok"``, fewer ``epochs`` than its preset's
+``protocol_epochs``. :func:`screen` leaves such a run out of every mean, best mark, paired
+difference and figure, and says why; unhealthy and short runs only where :class:`Admit` does not
+admit them (``--include-unhealthy``, ``--include-short``). Fields a ``results.json`` lacks
+(written before runs recorded them) are not recorded, not a problem. Only regular files are
+read: a named pipe, socket or device named like a run's file is a :class:`DamagedRun`, never
+opened.
 """
 
 from __future__ import annotations
@@ -91,9 +101,31 @@ def base_method(name: str) -> str | None:
     return name[: -len(VRNL_SUFFIX)] if name.endswith(VRNL_SUFFIX) else None
 
 
+# what a problem of a run is about (Problem.kind)
+METRIC_PROBLEM = "metric"  # one metric's value (Problem.metric: a METRICS name, or "eps_t")
+UNHEALTHY = "unhealthy"  # its health is not "ok" (--include-unhealthy admits it)
+SHORT = "short"  # fewer epochs than its protocol's (--include-short admits it)
+EPS_T = "eps_t"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a run's number is not to be believed: ``kind`` (:data:`METRIC_PROBLEM` with the
+    ``metric`` it concerns, :data:`UNHEALTHY`, :data:`SHORT`) and the
+    reason as a report lists it (``test_acc is nan``, ``health: collapsed: ...``)."""
+
+    kind: str
+    text: str
+    metric: str | None = None
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass
 class Record:
-    """One finished run: its fields, seed, test accuracies (fractions) and ε_T."""
+    """One finished run: its fields, seed, test accuracies (fractions in [0, 1], ``None`` where
+    not a finite accuracy: its :attr:`problems` say why), ε_T and the problems found in it."""
 
     path: Path
     fields: dict[str, Any]
@@ -101,6 +133,7 @@ class Record:
     metrics: dict[str, float | None]
     eps_t: float | None
     config: dict[str, Any] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
 
     def get(self, name: str) -> Any:
         """A field, or a dotted option of the run's ``config.yaml`` (``init_args`` implied)."""
@@ -116,19 +149,6 @@ class Record:
                 node = node[part]
             return node
         return None
-
-
-def _sweep_point(results: Path, root: Path) -> dict[str, Any]:
-    for folder in [results.parent, *results.parent.parents]:
-        file = folder / RUN_FILE
-        if os.path.lexists(file):
-            point = _read_json(file).get("point", {})
-            if not isinstance(point, dict):
-                raise DamagedRun(f"{file} has no grid point (its 'point' is not a mapping)")
-            return dict(point)
-        if folder == root:
-            break
-    return {}
 
 
 class DamagedRun(InputError):
@@ -207,19 +227,107 @@ def _read_config(file: Path) -> dict[str, Any]:
     return config or {}
 
 
-def _number(file: Path, results: Mapping[str, Any], key: str) -> float | None:
+def _read_run_file(folder: Path) -> dict[str, Any]:
+    """The ``sweep_run.json`` of a grid point's folder, its ``point`` checked."""
+    file = folder / RUN_FILE
+    content = _read_json(file)
+    if not isinstance(content.get("point", {}), dict):
+        raise DamagedRun(f"{file} has no grid point (its 'point' is not a mapping)")
+    return content
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value of a results.json as a reason shows it: ``nan``, ``87.0``, ``"0.9"``, ``true``."""
+    if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
+        text = repr(value)
+    else:
+        text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    """A finite number (not a boolean; an integer of any size is finite)."""
+    return _is_number(value) and not (isinstance(value, float) and not math.isfinite(value))
+
+
+def accuracy(value: Any) -> float | None:
+    """``value`` as an accuracy: a finite number in [0, 1] (a fraction), ``None`` otherwise
+    (``NaN``, ``inf``, ``87.0``, ``-0.1``, a string, a boolean, ``None``)."""
+    return float(value) if _finite(value) and 0 <= value <= 1 else None
+
+
+def _metric(results: Mapping[str, Any], key: str) -> tuple[float | None, str | None]:
+    """An accuracy of ``results`` and, where it is not one, why."""
     value = results.get(key)
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-        return value
-    raise DamagedRun(f"{file}: {key} is {value!r}, not a number")
+    if value is None:
+        return None, f"{key} is not recorded"
+    if not _is_number(value):
+        return None, f"{key} is {_shown(value)}, not a number"
+    if not _finite(value):
+        return None, f"{key} is {_shown(value)}"
+    if accuracy(value) is None:
+        return None, f"{key} is {_shown(value)}, outside [0, 1]"
+    return float(value), None
 
 
-def _record(file: Path, root: Path) -> Record:
-    """The :class:`Record` of the run whose results are ``file``; :class:`DamagedRun` naming
-    the file of the run that cannot be read."""
+def _eps_t(results: Mapping[str, Any]) -> tuple[float | None, str | None]:
+    """ε_T of ``results`` (a finite number ≥ 0) and, where it is not one, why."""
+    value = results.get("t_estimation_error")
+    if value is None:
+        return None, "t_estimation_error is not recorded (the run's true T is not known)"
+    if not _is_number(value):
+        return None, f"t_estimation_error is {_shown(value)}, not a number"
+    if not _finite(value) or value < 0:
+        return None, f"t_estimation_error is {_shown(value)}, not a finite number >= 0"
+    return float(value), None
+
+
+def _health(results: Mapping[str, Any]) -> list[Problem]:
+    """The run's ``health`` when it is not ``"ok"`` (none recorded: no problem)."""
+    health = results.get("health")
+    if health is None or health == "ok":
+        return []
+    if isinstance(health, str) and health.strip():
+        return [Problem(UNHEALTHY, "health: " + " ".join(health.split()))]  # on one line
+    return [Problem(UNHEALTHY, f'health: {_shown(health)}, neither "ok" nor a reason')]
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _protocol(results: Mapping[str, Any]) -> list[Problem]:
+    """A run that trained fewer ``epochs`` than its ``protocol_epochs`` (the epochs its config
+    files plan); none where the protocol is not recorded."""
+    planned, trained = results.get("protocol_epochs"), results.get("epochs")
+    if planned is None:
+        return []
+    if not _whole(planned):
+        text = f"protocol_epochs is {_shown(planned)}, not a whole number"
+    elif trained is None:
+        text = f"its protocol plans {planned} epochs, and how many it trained is not recorded"
+    elif not _whole(trained):
+        text = f"epochs is {_shown(trained)}, not a whole number (its protocol plans {planned})"
+    elif trained < planned:
+        text = f"short run: {trained} of its protocol's {planned} epochs"
+    else:
+        return []
+    return [Problem(SHORT, text)]
+
+
+def _record(
+    file: Path, root: Path, point: Mapping[str, Any], problems: Sequence[Problem] = ()
+) -> Record:
+    """The :class:`Record` of the run whose results are ``file`` (``point``: its sweep's grid
+    point; ``problems``: found before it was read); :class:`DamagedRun` naming the file of the
+    run that cannot be read."""
     results = _read_json(file)
     config = _read_config(file.parent / CONFIG_FILE)
-    fields = {k: v for k, v in _sweep_point(file, root).items() if k != "seed"}
+    fields = {k: v for k, v in point.items() if k != "seed"}
     fields.update(
         dataset=dataset_label(results.get("dataset", "?")),
         method=str(results.get("method", "?")),
@@ -227,9 +335,17 @@ def _record(file: Path, root: Path) -> Record:
         noise=noise_label(results.get("noise") if isinstance(results.get("noise"), dict) else None),
         backbone=results.get("backbone"),
     )
-    metrics = {name: _number(file, results, key) for name, key in METRICS.items()}
-    eps_t = _number(file, results, "t_estimation_error")
-    return Record(file, fields, results.get("seed"), metrics, eps_t, config)
+    found = list(problems)
+    metrics: dict[str, float | None] = {}
+    for name, key in METRICS.items():
+        metrics[name], why = _metric(results, key)
+        if why is not None:
+            found.append(Problem(METRIC_PROBLEM, why, name))
+    eps_t, why = _eps_t(results)
+    if why is not None:
+        found.append(Problem(METRIC_PROBLEM, why, EPS_T))
+    found += _health(results) + _protocol(results)
+    return Record(file, fields, results.get("seed"), metrics, eps_t, config, found)
 
 
 def _mtime(file: Path) -> float:
@@ -247,25 +363,27 @@ def collect(runs_dir: str | Path, skipped: list[str] | None = None) -> list[Reco
     not a regular file or not a run's: with ``skipped`` (a list) it is left out and a line
     naming the file and what is wrong is appended to ``skipped``; without it
     :class:`DamagedRun` (an :class:`InputError`) naming the file is raised (``noisylabels
-    report --strict``)."""
+    report --strict``). What is wrong with the numbers of a run that can be read is in its
+    record's :attr:`~Record.problems`."""
     root = Path(runs_dir)
     if not root.is_dir():
         raise MissingFileError(f"runs folder {root} does not exist")
-    newest: dict[Path, Path] = {}
+    found: dict[Path, list[Path]] = {}
     for file in root.rglob(RESULTS_FILE):
         inside = [f for f in file.parents if f == root or root in f.parents]
         point_dir = next((f for f in inside if os.path.lexists(f / RUN_FILE)), file.parent)
-        if point_dir not in newest or _mtime(file) > _mtime(newest[point_dir]):
-            newest[point_dir] = file
+        found.setdefault(point_dir, []).append(file)
     records = []
-    for file in sorted(newest.values()):
+    for point_dir, files in sorted(found.items()):
         try:
-            records.append(_record(file, root))
+            run_file = _read_run_file(point_dir) if os.path.lexists(point_dir / RUN_FILE) else None
+            file, problems = max(files, key=_mtime), []
+            records.append(_record(file, root, (run_file or {}).get("point", {}), problems))
         except DamagedRun as err:
             if skipped is None:
                 raise
             skipped.append(str(err))
-    if not records and not (skipped and newest):
+    if not records and not (skipped and found):
         raise MissingFileError(f"no {RESULTS_FILE} under {root}: no finished run")
     return records
 
@@ -359,10 +477,67 @@ def sort_key(name: str, value: Any) -> tuple:
     return (1, 0.0, str(value))
 
 
+@dataclass(frozen=True)
+class Admit:
+    """Which problems do not leave a run out of the means: its health (``unhealthy``,
+    ``--include-unhealthy``), fewer epochs than its protocol (``short``, ``--include-short``).
+    Any other problem always does."""
+
+    unhealthy: bool = False
+    short: bool = False
+
+    def admits(self, problem: Problem) -> bool:
+        return (problem.kind == UNHEALTHY and self.unhealthy) or (
+            problem.kind == SHORT and self.short
+        )
+
+
+@dataclass
+class Screened:
+    """Runs sorted for a metric: ``used`` (averaged), ``left_out`` and ``admitted`` (averaged
+    despite their problems, by :class:`Admit`), each of the latter with its problems."""
+
+    used: list[Record] = field(default_factory=list)
+    left_out: list[tuple[Record, list[Problem]]] = field(default_factory=list)
+    admitted: list[tuple[Record, list[Problem]]] = field(default_factory=list)
+
+
+def screen(
+    records: Iterable[Record], metric: str, admit: Admit | None = None, eps_t: bool = False
+) -> Screened:
+    """Which of ``records`` may enter a mean of ``metric`` (a :data:`METRICS` name): those with
+    a finite accuracy in [0, 1] and no problem that ``admit`` does not admit; with ``eps_t``
+    (the bias figure) also a finite ε_T ≥ 0. Problems of other metrics do not count."""
+    admit = admit or Admit()
+    out = Screened()
+    concerned = {metric, EPS_T} if eps_t else {metric}
+    for record in records:
+        reasons, admitted = [], []
+        for problem in record.problems:
+            if problem.kind == METRIC_PROBLEM and problem.metric not in concerned:
+                continue
+            (admitted if admit.admits(problem) else reasons).append(problem)
+        # whatever the problems found say, a value that is not an accuracy never passes
+        value = record.metrics.get(metric)
+        if not reasons and accuracy(value) is None:
+            text = f"{METRICS[metric]} is {_shown(value)}, not a finite accuracy in [0, 1]"
+            reasons.append(Problem(METRIC_PROBLEM, text, metric))
+        if not reasons and eps_t and not (_finite(record.eps_t) and record.eps_t >= 0):
+            text = f"t_estimation_error is {_shown(record.eps_t)}, not a finite number >= 0"
+            reasons.append(Problem(METRIC_PROBLEM, text, EPS_T))
+        if reasons:
+            out.left_out.append((record, reasons + admitted))
+        else:
+            out.used.append(record)
+            if admitted:
+                out.admitted.append((record, admitted))
+    return out
+
+
 @dataclass
 class Grouped:
     """Cells ``cells[row][col]`` of one metric in %, with the sorted row and column keys, the
-    fields they stand for, and how many runs lacked the metric."""
+    fields they stand for, and the runs :func:`screen` sorted (those left out, with why)."""
 
     cells: dict[tuple, dict[tuple, Cell]]
     row_keys: list[tuple]
@@ -370,7 +545,7 @@ class Grouped:
     rows: list[str]
     cols: list[str]
     metric: str
-    missing: int = 0
+    screened: Screened = field(default_factory=Screened)
 
     def cell(self, row: tuple, col: tuple) -> Cell | None:
         return self.cells.get(row, {}).get(col)
@@ -386,17 +561,18 @@ class Grouped:
 
 
 def group(
-    records: Iterable[Record], rows: Sequence[str], cols: Sequence[str], metric: str
+    records: Iterable[Record],
+    rows: Sequence[str],
+    cols: Sequence[str],
+    metric: str,
+    admit: Admit | None = None,
 ) -> Grouped:
-    """Group ``records`` into cells of ``metric`` (``best`` or ``last``) by the ``rows`` and
-    ``cols`` fields; a cell holds one accuracy per seed."""
+    """Group ``records`` into cells of ``metric`` (``best``, ``last`` or ``tail``) by the
+    ``rows`` and ``cols`` fields; a cell holds one accuracy per seed, of the runs
+    :func:`screen` lets in (``admit``: the problems that do not leave a run out)."""
+    screened = screen(records, metric, admit)
     cells: dict[tuple, dict[tuple, Cell]] = {}
-    missing = 0
-    for record in records:
-        value = record.metrics.get(metric)
-        if value is None:
-            missing += 1
-            continue
+    for record in screened.used:
         row = tuple(record.get(f) for f in rows)
         col = tuple(record.get(f) for f in cols)
         cell = cells.setdefault(row, {}).setdefault(col, Cell({}))
@@ -406,11 +582,11 @@ def group(
                 f"{record.path}); add the field that tells them apart to --rows or --cols "
                 "(e.g. alpha, or a sweep axis)"
             )
-        cell.values[record.seed] = 100.0 * float(value)
+        cell.values[record.seed] = 100.0 * float(record.metrics[metric])  # type: ignore[arg-type]
 
     def order(fields: Sequence[str]):
         return lambda key: [sort_key(f, v) for f, v in zip(fields, key, strict=True)]
 
     row_keys = sorted(cells, key=order(rows))
     col_keys = sorted({c for by_col in cells.values() for c in by_col}, key=order(cols))
-    return Grouped(cells, row_keys, col_keys, list(rows), list(cols), metric, missing)
+    return Grouped(cells, row_keys, col_keys, list(rows), list(cols), metric, screened)
