@@ -9,8 +9,9 @@ Examples::
     noisylabels report runs/bias --kind bias --out fig3.png
 
 A number enters a mean only if it is a finite accuracy in [0, 1] of a healthy run that trained
-its protocol's epochs; every run left out is listed after the tables with why (on stderr with
-``--format csv``, ``--out`` or ``--kind bias``).
+its protocol's epochs (and, at a sweep's grid point, was made with the sweep's options); every
+run left out is listed after the tables with why (on stderr with ``--format csv``, ``--out``
+or ``--kind bias``).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def build_parser() -> Any:
         description="Tables of test accuracy (mean ± std over seeds) from the results.json files "
         "under each RUNS_DIR; with --paired, VRNL against its base method seed by seed. A run "
         "enters the means only with a finite accuracy in [0, 1], a health of 'ok' (or none "
-        "recorded) and at least its protocol's epochs; every run left out is listed after the "
-        "tables with why.",
+        "recorded), at least its protocol's epochs and, at a sweep's grid point, the sweep's "
+        "options; every run left out is listed after the tables with why.",
         allow_abbrev=False,
     )
     p.add_argument(

@@ -16,12 +16,12 @@ paired t-test (``scipy.stats.ttest_rel``).
 No number is believed blindly. A run's problems (:class:`Problem`) are found when it is read:
 a metric that is not a finite number in [0, 1] (``NaN``, ``Infinity``, ``87.0``, ``"0.9"``,
 ``true``, or none), a ``health`` other than ``"ok"``, fewer ``epochs`` than its preset's
-``protocol_epochs``. :func:`screen` leaves such a run out of every mean, best mark, paired
-difference and figure, and says why; unhealthy and short runs only where :class:`Admit` does not
-admit them (``--include-unhealthy``, ``--include-short``). Fields a ``results.json`` lacks
-(written before runs recorded them) are not recorded, not a problem. Only regular files are
-read: a named pipe, socket or device named like a run's file is a :class:`DamagedRun`, never
-opened.
+``protocol_epochs``, a grid point whose results were made with other options than the sweep's.
+:func:`screen` leaves such a run out of every mean, best mark, paired difference and figure,
+and says why; unhealthy and short runs only where :class:`Admit` does not admit them
+(``--include-unhealthy``, ``--include-short``). Fields a ``results.json`` lacks (written before
+runs recorded them) are not recorded, not a problem. Only regular files are read: a named pipe,
+socket or device named like a run's file is a :class:`DamagedRun`, never opened.
 """
 
 from __future__ import annotations
@@ -105,13 +105,14 @@ def base_method(name: str) -> str | None:
 METRIC_PROBLEM = "metric"  # one metric's value (Problem.metric: a METRICS name, or "eps_t")
 UNHEALTHY = "unhealthy"  # its health is not "ok" (--include-unhealthy admits it)
 SHORT = "short"  # fewer epochs than its protocol's (--include-short admits it)
+NOT_THE_SWEEPS = "sweep"  # a grid point's results made with other options than the sweep's
 EPS_T = "eps_t"
 
 
 @dataclass(frozen=True)
 class Problem:
     """Why a run's number is not to be believed: ``kind`` (:data:`METRIC_PROBLEM` with the
-    ``metric`` it concerns, :data:`UNHEALTHY`, :data:`SHORT`) and the
+    ``metric`` it concerns, :data:`UNHEALTHY`, :data:`SHORT`, :data:`NOT_THE_SWEEPS`) and the
     reason as a report lists it (``test_acc is nan``, ``health: collapsed: ...``)."""
 
     kind: str
@@ -355,9 +356,48 @@ def _mtime(file: Path) -> float:
         return -math.inf
 
 
+def _recorded_command(file: Path) -> str | None:
+    """The ``provenance.command_sha256`` a ``results.json`` records (``None``: not recorded,
+    or not readable)."""
+    try:
+        provenance = _read_json(file).get("provenance")
+    except DamagedRun:
+        return None
+    sha = provenance.get("command_sha256") if isinstance(provenance, dict) else None
+    return sha if isinstance(sha, str) else None
+
+
+def choose_results(
+    files: Sequence[Path], run_file: Mapping[str, Any] | None
+) -> tuple[Path, list[Problem]]:
+    """The ``results.json`` that stands for a run folder, of the ``files`` under it (one per
+    Lightning version folder), and its problem if any.
+
+    Without a ``sweep_run.json`` (``run_file`` ``None``): the newest. A grid point's: the
+    newest of those whose ``provenance.command_sha256`` is the ``command_sha256`` of its
+    ``sweep_run.json``; if none is, the newest, with a problem (it was made with other options
+    than the sweep's, a trial's) unless either hash is not recorded (older files)."""
+    newest = max(files, key=_mtime)
+    wanted = (run_file or {}).get("command_sha256")
+    if not isinstance(wanted, str):
+        return newest, []
+    recorded = {file: _recorded_command(file) for file in files}
+    matching = [file for file in files if recorded[file] == wanted]
+    if matching:
+        return max(matching, key=_mtime), []
+    if recorded[newest] is None:
+        return newest, []
+    text = (
+        f"its options differ from the sweep's: a trial? (its command_sha256 "
+        f"{recorded[newest][:12]}…, {RUN_FILE}'s {wanted[:12]}…)"
+    )
+    return newest, [Problem(NOT_THE_SWEEPS, text)]
+
+
 def collect(runs_dir: str | Path, skipped: list[str] | None = None) -> list[Record]:
-    """Every run under ``runs_dir`` with a ``results.json`` (the newest, where a folder has
-    several, e.g. a run resumed into a new version folder).
+    """Every run under ``runs_dir`` with a ``results.json``: one per run folder (the newest,
+    where a folder has several, e.g. a run resumed into a new version folder), one per grid
+    point of a sweep (a folder with ``sweep_run.json``: :func:`choose_results`).
 
     A run whose ``results.json`` (or ``config.yaml``, ``sweep_run.json``) is damaged, empty,
     not a regular file or not a run's: with ``skipped`` (a list) it is left out and a line
@@ -377,7 +417,7 @@ def collect(runs_dir: str | Path, skipped: list[str] | None = None) -> list[Reco
     for point_dir, files in sorted(found.items()):
         try:
             run_file = _read_run_file(point_dir) if os.path.lexists(point_dir / RUN_FILE) else None
-            file, problems = max(files, key=_mtime), []
+            file, problems = choose_results(files, run_file)
             records.append(_record(file, root, (run_file or {}).get("point", {}), problems))
         except DamagedRun as err:
             if skipped is None:

@@ -1,7 +1,7 @@
 """``noisylabels report`` believes no number blindly: a value enters a mean only if it is a
-finite accuracy in [0, 1] of a healthy run that trained its protocol's epochs, and every run
-left out is listed with why. A named pipe where a run's file should be is named as damaged,
-never opened."""
+finite accuracy in [0, 1] of a healthy run that trained its protocol's epochs (at a sweep's grid
+point: made with the sweep's options), and every run left out is listed with why. A named pipe
+where a run's file should be is named as damaged, never opened."""
 
 from __future__ import annotations
 
@@ -181,6 +181,57 @@ def test_a_short_run_is_left_out_unless_included(tmp_path: Path, capsys) -> None
     err = capsys.readouterr().err
     assert f"every run under {tmp_path} is left out of the table" in err
     assert "short run: 2 of its protocol's 80 epochs (--include-short averages" in err
+
+
+def write_point(folder: Path, sha: str | None) -> None:
+    """A sweep's grid-point folder: its sweep_run.json, planning the command ``sha``."""
+    folder.mkdir(parents=True)
+    run_file = {"sweep": "t", "point": {"method": "ce", "seed": "seed-0"}}
+    (folder / "sweep_run.json").write_text(json.dumps(run_file | {"command_sha256": sha}))
+
+
+def write_version(folder: Path, version: int, sha: str | None, acc: float, age: int) -> Path:
+    """A results.json of version ``version`` recording command ``sha``, ``age`` seconds old."""
+    provenance = {"command_sha256": sha} if sha is not None else MISSING
+    file = write_run(folder / f"version_{version}", "CE", 0, test_acc=acc, provenance=provenance)
+    stamp = 1_700_000_000 - age
+    os.utime(file, (stamp, stamp))
+    return file
+
+
+def test_a_grid_point_is_the_run_made_with_the_sweeps_options(tmp_path: Path) -> None:
+    """Of a grid point's results, the one made with the sweep's command counts, not the newest
+    (a trial's); with none made so, the newest is listed as made with other options; where
+    the results or the sweep_run.json record no command (older files): the newest."""
+    sha, other, third = "a" * 64, "b" * 64, "c" * 64
+    real = tmp_path / "real" / "ce" / "seed-0"
+    write_point(real, sha)
+    write_version(real, 0, sha, 0.90, age=100)
+    write_version(real, 1, other, 0.10, age=10)  # the newest: a trial's
+    text = main([str(tmp_path / "real")])
+    assert "| CE | **90.00 (1)** |" in text and "Left out" not in text
+
+    trial = tmp_path / "trial" / "ce" / "seed-0"
+    write_point(trial, sha)
+    newest = write_version(trial, 0, other, 0.10, age=10)
+    write_version(trial, 1, third, 0.20, age=100)
+    write_run(tmp_path / "trial" / "forward", "Forward", 0)  # a run that counts, beside it
+    text = main([str(tmp_path / "trial")])
+    assert "| CE |" not in text and "| Forward | **90.00 (1)** |" in text
+    assert f"- {newest}: its options differ from the sweep's: a trial? (its command_sha256 " in (
+        text
+    )
+
+    older = tmp_path / "older" / "ce" / "seed-0"
+    write_point(older, sha)
+    write_version(older, 0, other, 0.90, age=100)
+    write_version(older, 1, None, 0.80, age=10)  # records no command: the newest, as before
+    assert "| CE | **80.00 (1)** |" in main([str(tmp_path / "older")])
+    unknown = tmp_path / "unknown" / "ce" / "seed-0"
+    write_point(unknown, None)  # a sweep_run.json without the hash: the newest
+    write_version(unknown, 0, sha, 0.90, age=100)
+    write_version(unknown, 1, other, 0.80, age=10)
+    assert "| CE | **80.00 (1)** |" in main([str(tmp_path / "unknown")])
 
 
 def test_a_named_pipe_is_named_as_damaged_not_opened(tmp_path: Path, capsys) -> None:
