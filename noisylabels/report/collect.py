@@ -210,6 +210,8 @@ def _read_json(file: Path) -> dict[str, Any]:
         raise DamagedRun(
             f"{file} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
         ) from None
+    except (ValueError, RecursionError) as err:  # a number of >4300 digits, nesting too deep
+        raise DamagedRun(f"{file} cannot be read as JSON: {str(err).split(':')[0]}") from None
     if not isinstance(content, dict):
         raise DamagedRun(f"{file} holds a JSON {type(content).__name__}, not a run's results")
     return content

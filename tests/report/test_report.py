@@ -215,6 +215,8 @@ def test_damaged_runs_are_skipped_with_a_warning_at_the_end(tmp_path: Path, caps
         "cut": ("results.json", '{"method": "Forward", "test_acc": 0.9'),
         "list": ("results.json", "[0.9]"),
         "word": ("results.json", json.dumps({"method": "CE", "test_acc": "high"})),
+        "deep": ("results.json", "[" * 100_000),
+        "digits": ("results.json", '{"method": "CE", "test_acc": 1' + "0" * 5000 + "}"),
         "yaml": ("config.yaml", "model: [unclosed\n"),
     }
     for name, (file, text) in damaged.items():
@@ -231,10 +233,12 @@ def test_damaged_runs_are_skipped_with_a_warning_at_the_end(tmp_path: Path, caps
     assert "CE" not in table  # the damaged runs are not in the table
     assert f'- {root / "word" / "results.json"}: test_acc is "high", not a number' in left_out
     warning, *listed = err.strip().splitlines()
-    assert warning.startswith("noisylabels report: warning: 4 run(s) skipped")
+    assert warning.startswith("noisylabels report: warning: 6 run(s) skipped")
     assert "--strict" in warning
     for name, expected in (
         ("cut", "is not valid JSON (line 1, column 38"),
+        ("deep", "cannot be read as JSON: maximum recursion depth exceeded"),
+        ("digits", "cannot be read as JSON: Exceeds the limit (4300 digits)"),
         ("empty", "is empty"),
         ("list", "holds a JSON list, not a run's results"),
         ("yaml", "config.yaml cannot be read as YAML"),
