@@ -7,6 +7,11 @@ Examples::
     noisylabels report runs/table1_mnist --metric last --format latex --out table1.tex
     noisylabels report runs/fig1_mnist --rows method,alpha --cols noise
     noisylabels report runs/bias --kind bias --out fig3.png
+
+A number enters a mean only if it is a finite accuracy in [0, 1] of a healthy run that trained
+its protocol's epochs (and, at a sweep's grid point, was made with the sweep's options); every
+run left out is listed after the tables with why (on stderr with ``--format csv``, ``--out``
+or ``--kind bias``).
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ from noisylabels.errors import InputError
 from noisylabels.report.collect import (
     METRICS,
     PAPER_FILE,
+    Admit,
     DamagedRun,
+    Screened,
     collect,
     group,
     load_paper,
+    screen,
 )
 from noisylabels.report.mixed import mixed_cells
 from noisylabels.report.writing import out_error
@@ -35,7 +43,10 @@ def build_parser() -> Any:
     p = argparse.ArgumentParser(
         prog="noisylabels report",
         description="Tables of test accuracy (mean ± std over seeds) from the results.json files "
-        "under each RUNS_DIR; with --paired, VRNL against its base method seed by seed.",
+        "under each RUNS_DIR; with --paired, VRNL against its base method seed by seed. A run "
+        "enters the means only with a finite accuracy in [0, 1], a health of 'ok' (or none "
+        "recorded), at least its protocol's epochs and, at a sweep's grid point, the sweep's "
+        "options; every run left out is listed after the tables with why.",
         allow_abbrev=False,
     )
     p.add_argument(
@@ -62,7 +73,9 @@ def build_parser() -> Any:
         choices=tuple(METRICS),
         default="best",
         help="best: the selected checkpoint's test accuracy; last: the last epoch's; tail: the "
-        "mean of every network over the last epochs (runs with --tail_test_epochs)",
+        "mean of every network over the last epochs (runs with --tail_test_epochs); a run "
+        "whose value is not a finite accuracy in [0, 1] (NaN, 87.0, a string) is left out and "
+        "listed",
     )
     p.add_argument("--paired", action="store_true", help="add VRNL − base per seed, CI, p-value")
     p.add_argument("--paper", action="store_true", help="the paper's published numbers beside ours")
@@ -73,8 +86,22 @@ def build_parser() -> Any:
     p.add_argument(
         "--strict",
         action="store_true",
-        help="fail on a run whose results.json (or config.yaml, sweep_run.json) is damaged or "
-        "empty, instead of skipping it with a warning listed after the report",
+        help="fail on a run whose results.json (or config.yaml, sweep_run.json) is damaged, "
+        "empty or not a regular file (a named pipe is never opened), instead of skipping it "
+        "with a warning listed after the report",
+    )
+    p.add_argument(
+        "--include-unhealthy",
+        action="store_true",
+        help="average runs whose results.json records a health other than 'ok' (e.g. "
+        "'collapsed: ...') instead of leaving them out; they are listed after the tables",
+    )
+    p.add_argument(
+        "--include-short",
+        action="store_true",
+        help="average short runs (fewer epochs than the protocol_epochs their config files "
+        "plan, e.g. a trial with --trainer.max_epochs 2) instead of leaving them out; they are "
+        "listed after the tables",
     )
     p.add_argument("--title", help="table or figure title (default: RUNS_DIR and the metric)")
     return p
@@ -109,12 +136,32 @@ def gather(args: Any, skipped: list[str]) -> list[Any]:
     return records
 
 
+def nothing_left(screened: Screened, where: str, what: str) -> InputError:
+    """The error for a report whose every run was left out: the first few, with why."""
+    from noisylabels.report.render import include_hint
+
+    shown = "; ".join(
+        f"{record.path}: {', '.join(map(str, problems))}"
+        for record, problems in screened.left_out[:3]
+    )
+    more = len(screened.left_out) - 3
+    hint = include_hint(screened)
+    return InputError(
+        f"every run under {where} is left out of {what}: {shown}"
+        + (f"; and {more} more" if more > 0 else "")
+        + (f" ({hint})" if hint else "")
+    )
+
+
 def report(args: Any, skipped: list[str] | None = None) -> str:
     """The report the parsed ``args`` describe, as text (the bias figure: its path); runs left
-    out as damaged are appended to ``skipped``."""
+    out as damaged are appended to ``skipped``. The runs left out of the means (and those
+    averaged despite a problem) are listed after the tables, on stderr where the output is
+    CSV, a file or the figure."""
     from noisylabels.report import render
 
     records = gather(args, [] if skipped is None else skipped)
+    admit = Admit(unhealthy=args.include_unhealthy, short=args.include_short)
     metric_name = {
         "best": "selected checkpoint",
         "last": "last epoch",
@@ -125,19 +172,24 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
     if args.kind == "bias":
         if args.out is None or args.out.suffix.lower() != ".png":
             raise InputError("--kind bias draws a PNG: give --out FILE.png")
+        screened = screen(records, args.metric, admit, eps_t=True)
+        if not screened.used:
+            raise nothing_left(screened, where, "the figure")
         try:
-            return f"wrote {render.bias_figure(records, args.metric, args.out, title)}"
+            path = render.bias_figure(records, args.metric, args.out, title, admit)
         except OSError as err:
             raise out_error(args.out, err) from None
+        print(render.problems_section(screened, "the figure"), end="", file=sys.stderr)
+        return f"wrote {path}"
     rows = [f for f in args.rows.split(",") if f]
     cols = [f for f in args.cols.split(",") if f]
     if not rows or set(rows) & set(cols):
         raise InputError("--rows needs a field, and no field may be in both --rows and --cols")
     if args.paired and "method" not in rows:
         raise InputError("--paired pairs the rows X-VRNL and X: put method among --rows")
-    grouped = group(records, rows, cols, args.metric)
+    grouped = group(records, rows, cols, args.metric, admit)
     if not grouped.row_keys:
-        raise InputError(f"no run under {where} has the {metric_name} test accuracy")
+        raise nothing_left(grouped.screened, where, f"the table of the {metric_name}")
     paper = load_paper() if args.paper else None
     if args.format == "csv":
         parts = [render.to_csv(grouped, args.paired, paper)]
@@ -147,13 +199,16 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
         if args.paired:
             tables.append(render.paired_table(grouped, paper, f"VRNL − base, {metric_name}"))
         parts = [emit(t) for t in tables]
-        if grouped.missing:
-            parts.append(
-                f"({grouped.missing} run(s) without the {metric_name} test accuracy left out)\n"
-            )
         if paper is not None:
             parts.append(f"(paper: {PAPER_FILE.name}, the VRNL paper's Tables 1 and 2)\n")
-    mixed = mixed_cells(records, rows, cols)
+    left_out = render.problems_section(grouped.screened)
+    if left_out and args.format == "markdown":
+        parts.append(left_out)
+    elif left_out and args.format == "latex":  # comments: the .tex still compiles
+        parts.append("".join(f"% {line}\n" for line in left_out.splitlines()))
+    if left_out and (args.format == "csv" or args.out is not None):
+        print(left_out, end="", file=sys.stderr)  # the CSV stays parseable, a file is seen
+    mixed = mixed_cells(grouped.screened.used, rows, cols)
     if mixed:
         warning = (
             "Warning: these cells average runs made with different options (e.g. a trial "

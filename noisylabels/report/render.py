@@ -3,6 +3,8 @@
 Accuracies are in %, a cell reads ``mean ± std (n)`` with ``n`` the number of seeds, and the
 best mean of each column is bold. Paired cells read ``+Δ [low, high] p=… (n)``: VRNL minus its
 base method in percentage points, the 95 % confidence interval and the paired t-test's p-value.
+Only the runs :func:`~noisylabels.report.collect.screen` lets in count; :func:`problems_section`
+lists the others, each with why.
 """
 
 from __future__ import annotations
@@ -15,14 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from noisylabels.report.collect import (
+    SHORT,
+    UNHEALTHY,
     VRNL_SUFFIX,
+    Admit,
     Cell,
     Grouped,
     Paired,
     Record,
+    Screened,
     base_method,
     method_key,
     paired_difference,
+    screen,
     sort_key,
 )
 
@@ -270,13 +277,60 @@ def to_csv(g: Grouped, paired: bool, paper: Mapping | None) -> str:
     return buffer.getvalue()
 
 
-def bias_figure(records: Sequence[Record], metric: str, out: Path, title: str) -> Path:
+def _reasons(problems: Sequence[Any]) -> str:
+    return "; ".join(str(p) for p in problems)
+
+
+def include_hint(screened: Screened) -> str:
+    """Which ``--include-*`` flags would average runs left out (``""`` if none would): those of
+    the runs whose every problem is their health or their epochs."""
+    flaggable = [{p.kind for p in problems} for _, problems in screened.left_out]
+    kinds = set().union(*(k for k in flaggable if k <= {UNHEALTHY, SHORT}))
+    hints = [
+        f"{flag} averages the {what} ones"
+        for kind, flag, what in (
+            (UNHEALTHY, "--include-unhealthy", "unhealthy"),
+            (SHORT, "--include-short", "short"),
+        )
+        if kind in kinds
+    ]
+    return "; ".join(hints)
+
+
+def problems_section(
+    screened: Screened, where: str = "every mean, bold and paired difference"
+) -> str:
+    """The runs left out of ``where``, each with why, and those averaged despite a problem
+    (admitted by ``--include-unhealthy`` / ``--include-short``), as lines of text; ``""`` where
+    every run counts as it is."""
+    lines = []
+    if screened.left_out:
+        hint = include_hint(screened)
+        lines.append(
+            f"Left out of {where}: {len(screened.left_out)} run(s)"
+            + (f" ({hint})" if hint else "")
+            + ":"
+        )
+        lines += [f"- {r.path}: {_reasons(problems)}" for r, problems in screened.left_out]
+    if screened.admitted:
+        lines.append(
+            f"Averaged despite a problem (--include-unhealthy, --include-short): "
+            f"{len(screened.admitted)} run(s):"
+        )
+        lines += [f"- {r.path}: {_reasons(problems)}" for r, problems in screened.admitted]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def bias_figure(
+    records: Sequence[Record], metric: str, out: Path, title: str, admit: Admit | None = None
+) -> Path:
     """Test accuracy against ε_T (the paper's Fig. 3): one panel per dataset and noise, one line
-    per method, a point per ``model.transition_bias`` (mean over seeds, ±1 std bars)."""
+    per method, a point per ``model.transition_bias`` (mean over seeds, ±1 std bars); of the
+    runs :func:`~noisylabels.report.collect.screen` lets in (``admit``)."""
     from matplotlib.figure import Figure
 
     points: dict[tuple, dict[str, dict[Any, list[tuple[float, float]]]]] = {}
-    for r in records:
+    for r in screen(records, metric, admit, eps_t=True).used:
         value = r.metrics.get(metric)
         if r.eps_t is None or value is None:
             continue

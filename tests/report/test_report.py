@@ -204,7 +204,9 @@ def test_dual_t_runs_are_their_own_rows_and_match_the_papers_dual_t(tmp_path: Pa
 
 def test_damaged_runs_are_skipped_with_a_warning_at_the_end(tmp_path: Path, capsys) -> None:
     """A run whose results.json is empty, cut short or not a run's (or whose config.yaml is
-    damaged) is named and skipped, the rest reported; --strict fails on the first instead."""
+    damaged) is named and skipped, the rest reported; --strict fails on the first instead. A
+    readable run whose accuracy is a word is no damaged file: it is left out of the table and
+    listed after it."""
     from noisylabels.report.cli import main
 
     root = write_runs(tmp_path / "runs", RUNS[:3])
@@ -213,6 +215,8 @@ def test_damaged_runs_are_skipped_with_a_warning_at_the_end(tmp_path: Path, caps
         "cut": ("results.json", '{"method": "Forward", "test_acc": 0.9'),
         "list": ("results.json", "[0.9]"),
         "word": ("results.json", json.dumps({"method": "CE", "test_acc": "high"})),
+        "deep": ("results.json", "[" * 100_000),
+        "digits": ("results.json", '{"method": "CE", "test_acc": 1' + "0" * 5000 + "}"),
         "yaml": ("config.yaml", "model: [unclosed\n"),
     }
     for name, (file, text) in damaged.items():
@@ -224,16 +228,19 @@ def test_damaged_runs_are_skipped_with_a_warning_at_the_end(tmp_path: Path, caps
     capsys.readouterr()
     text = main([str(root)])
     out, err = capsys.readouterr()
-    assert "| Forward | **97.50 ± 0.50 (3)** |" in text and out.startswith(text)
-    assert "CE" not in text  # the damaged runs are not in the table
+    table, _, left_out = text.partition("Left out of every mean")
+    assert "| Forward | **97.50 ± 0.50 (3)** |" in table and out.startswith(text)
+    assert "CE" not in table  # the damaged runs are not in the table
+    assert f'- {root / "word" / "results.json"}: test_acc is "high", not a number' in left_out
     warning, *listed = err.strip().splitlines()
-    assert warning.startswith("noisylabels report: warning: 5 run(s) skipped")
+    assert warning.startswith("noisylabels report: warning: 6 run(s) skipped")
     assert "--strict" in warning
     for name, expected in (
         ("cut", "is not valid JSON (line 1, column 38"),
+        ("deep", "cannot be read as JSON: maximum recursion depth exceeded"),
+        ("digits", "cannot be read as JSON: Exceeds the limit (4300 digits)"),
         ("empty", "is empty"),
         ("list", "holds a JSON list, not a run's results"),
-        ("word", "test_acc is 'high', not a number"),
         ("yaml", "config.yaml cannot be read as YAML"),
     ):
         assert any(f"{root / name}" in line and expected in line for line in listed), name
