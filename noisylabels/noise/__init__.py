@@ -1,6 +1,6 @@
 """Label noise (pure torch, no Lightning): transition matrices, corruption, label files, label
-sources, transition-matrix estimation, and the typed facts of a run's data
-(:class:`DataFacts`) that methods and callbacks read.
+sources, the checks that labels can be learned at all, transition-matrix estimation, and the
+typed facts of a run's data (:class:`DataFacts`) that methods and callbacks read.
 
 Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``. The VRNL paper and
 cleanlab use the column-stochastic transpose; see ``to_column_stochastic``.
@@ -33,6 +33,12 @@ from .labels import (
     ShippedLabels,
     SyntheticNoise,
     check_noise_options,
+)
+from .learnable import (
+    check_class_coverage,
+    check_clean_majority,
+    clean_majority_limit,
+    majority_violations,
 )
 from .matrices import (
     NOISE_TYPES,
@@ -94,6 +100,10 @@ __all__ = [
     "FileLabels",
     "ShippedLabels",
     "check_noise_options",
+    "check_clean_majority",
+    "check_class_coverage",
+    "clean_majority_limit",
+    "majority_violations",
     "anchor_points",
     "anchor_transition",
     "dual_t_correction",
