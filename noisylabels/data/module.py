@@ -276,7 +276,17 @@ class NoisyDataModule(L.LightningDataModule):
             train_indices=self.train_indices,
             eval_batches=self.train_eval_batches,
             batch_size=self.batch_size,
+            val_labels=self.validation_labels(),
         )
+
+    def validation_labels(self) -> Tensor:
+        """The labels validation accuracy is scored against: the noisy labels of the held-out
+        split, or the clean labels of a separate validation set."""
+        assert self.data is not None and self.noisy_labels is not None, "call setup() first"
+        if self.data.val_labels is not None:
+            return self.data.val_labels.long()
+        assert self.val_indices is not None
+        return self.noisy_labels[self.val_indices]
 
     def noise_info(self) -> dict[str, Any]:
         """Summary of the noise for results and logs, from the label source (synthetic: type,

@@ -24,7 +24,7 @@ from .estimate import (
     dual_t_transition,
     estimation_error,
 )
-from .facts import UNKNOWN_LABEL, DataFacts, ProvidesDataFacts, data_facts_of
+from .facts import UNKNOWN_LABEL, DataFacts, ProvidesDataFacts, data_facts_of, majority_fraction
 from .label_file import LABEL_FILE_SUFFIXES, read_label_file
 from .labels import (
     SYNTHETIC_TYPES,
@@ -69,6 +69,7 @@ __all__ = [
     "DataFacts",
     "ProvidesDataFacts",
     "data_facts_of",
+    "majority_fraction",
     "NOISE_TYPES",
     "SYNTHETIC_TYPES",
     "LABEL_FILE_SUFFIXES",
