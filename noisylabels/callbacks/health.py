@@ -172,6 +172,11 @@ class HealthMonitor(L.Callback):
         return bool(strategy.reduce(flag, reduce_op="sum") > 0)
 
     # ---------------------------------------------------------------- checkpoints
+    @property
+    def state_key(self) -> str:
+        """One state per watched metric in a checkpoint (as Lightning's EarlyStopping)."""
+        return self._generate_state_key(monitor=self.monitor)
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "streak": list(self.streak),
