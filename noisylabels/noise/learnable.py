@@ -104,7 +104,7 @@ def _measured_failures(
         j, k = int(row_arg[i]), int(col_arg[i])
         n = int(images[i])
         row = (
-            f"class {i}'s images are labelled {j} more often than {i} (T[{i}, {j}] = "
+            f"class {i}'s images are labelled {j} at least as often as {i} (T[{i}, {j}] = "
             f"{int(counts[i, j]) / n:.3g}, T[{i}, {i}] = {int(diagonal[i]) / n:.3g})"
         )
         if not real_labels:
@@ -113,7 +113,7 @@ def _measured_failures(
             clauses.append(f"{row}, and no sample is labelled {i}")
         else:
             clauses.append(
-                f"{row}, and the samples labelled {i} are more often of class {k} "
+                f"{row}, and the samples labelled {i} are at least as often of class {k} "
                 f"({int(counts[k, i])}) than of class {i} ({int(diagonal[i])})"
             )
     return clauses
