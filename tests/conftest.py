@@ -86,11 +86,12 @@ def make_mnist(root: Path, n_train: int = 320, n_test: int = 64, seed: int = 0) 
 def make_cifar(
     root: Path, num_classes: int = 10, n_train: int = 200, n_test: int = 50, seed: int = 0
 ) -> Path:
-    """Write a tiny CIFAR-10/100 in torchvision's pickle layout; return ``root``."""
-    rng = np.random.default_rng(seed)
+    """Write a tiny CIFAR-10/100 in torchvision's pickle layout; return ``root``. The classes
+    take turns (sample ``i`` of a batch is of class ``(i + seed) % C``), so every class keeps
+    training labels after the validation split, as in the real data sets."""
 
     def batch(n: int, key: str) -> dict[str, Any]:
-        labels = rng.integers(0, num_classes, size=n)
+        labels = (np.arange(n) + seed) % num_classes
         data = _class_images(labels % 10, (3072,), n)
         entry = {"data": data, key: labels.tolist(), "filenames": [f"{i}.png" for i in range(n)]}
         if num_classes == 100:

@@ -1,6 +1,7 @@
 """Observers of a run: per-subset loss statistics, every sample's training dynamics, the
-transition-matrix monitor, the divergence stop and a line per epoch. They read what a training
-step hands out (its
+transition-matrix monitor, the divergence stop, the stop of a run that no longer learns
+(:class:`HealthMonitor`, with :func:`results_health` for finished runs) and a line per epoch.
+They read what a training step hands out (its
 :class:`~noisylabels.methods.core.step.StepOutput` records) and a method's public outputs (T̂),
 never a method's insides; what a run records on disk is :mod:`noisylabels.run`'s, but for the
 statistics' own ``subsets.csv`` in the run folder (:func:`~noisylabels.callbacks.folder.run_dir`).
@@ -9,6 +10,7 @@ statistics' own ``subsets.csv`` in the run folder (:func:`~noisylabels.callbacks
 from noisylabels.callbacks.divergence import DivergenceGuard
 from noisylabels.callbacks.dynamics import SampleDynamics
 from noisylabels.callbacks.epoch_log import EpochLog
+from noisylabels.callbacks.health import HealthMonitor, results_health
 from noisylabels.callbacks.subsets import SubsetStatistics
 from noisylabels.callbacks.tail_test import TailTest
 from noisylabels.callbacks.transition_monitor import TransitionMonitor
@@ -16,8 +18,10 @@ from noisylabels.callbacks.transition_monitor import TransitionMonitor
 __all__ = [
     "DivergenceGuard",
     "EpochLog",
+    "HealthMonitor",
     "SampleDynamics",
     "SubsetStatistics",
     "TailTest",
     "TransitionMonitor",
+    "results_health",
 ]

@@ -3,10 +3,12 @@
 The noisy training labels come from one label source (:mod:`noisylabels.noise.labels`):
 synthetic noise generated once, over the full training set, from the *noise seed* (never the
 training seed), a label file, or the noisy labels a dataset ships with. Then 10 % of the noisy
-training set is held out as noisy validation data, seeded by the noise seed too. Every batch is
-a dict ``{"image", "label", "clean_label", "index"}`` where ``label`` is the (noisy) label and
-``clean_label`` is ``-1`` where the clean label is unknown (real-world noise). Transition
-matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``.
+training set is held out as noisy validation data, seeded by the noise seed too. Labels that
+cannot be learned are refused before any training: those whose clean class is not the majority
+of its noisy labels (by the label source), and a training split without a label of some class.
+Every batch is a dict ``{"image", "label", "clean_label", "index"}`` where ``label`` is the
+(noisy) label and ``clean_label`` is ``-1`` where the clean label is unknown (real-world noise).
+Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from noisylabels.noise import (
     LabelSource,
     ShippedLabels,
     SyntheticNoise,
+    check_class_coverage,
     check_noise_options,
 )
 
@@ -229,6 +232,14 @@ class NoisyDataModule(L.LightningDataModule):
         n_val = 0 if data.val_labels is not None else int(math.floor(n * self.val_fraction))
         self.val_indices = perm[:n_val].sort().values
         self.train_indices = perm[n_val:].sort().values
+        check_class_coverage(
+            self.noisy_labels,
+            self.train_indices,
+            self.num_classes,
+            clean=data.train_clean,
+            noise=source.describe(),
+            held_out=f"--data.val_fraction {self.val_fraction:g}",
+        )
 
     # ------------------------------------------------------------------ facts about the noise
     @property
@@ -265,7 +276,17 @@ class NoisyDataModule(L.LightningDataModule):
             train_indices=self.train_indices,
             eval_batches=self.train_eval_batches,
             batch_size=self.batch_size,
+            val_labels=self.validation_labels(),
         )
+
+    def validation_labels(self) -> Tensor:
+        """The labels validation accuracy is scored against: the noisy labels of the held-out
+        split, or the clean labels of a separate validation set."""
+        assert self.data is not None and self.noisy_labels is not None, "call setup() first"
+        if self.data.val_labels is not None:
+            return self.data.val_labels.long()
+        assert self.val_indices is not None
+        return self.noisy_labels[self.val_indices]
 
     def noise_info(self) -> dict[str, Any]:
         """Summary of the noise for results and logs, from the label source (synthetic: type,

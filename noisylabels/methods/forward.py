@@ -17,7 +17,14 @@ from noisylabels.methods.transition import TransitionMethod
 
 
 class Forward(TransitionMethod):
-    """Forward correction: cross-entropy of the noisy posterior ``q = p @ T`` (Patrini 2017)."""
+    """Forward correction: cross-entropy of the noisy posterior ``q = p @ T`` (Patrini 2017).
+
+    A given T (``true`` or a file) must be invertible with every diagonal entry above chance
+    (``1/C``): others are refused (see
+    :meth:`~noisylabels.methods.transition.TransitionMethod.check_given_transition`).
+    """
+
+    correction = "corrects by the loss -log((p @ T)_y)"
 
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         return forward_loss(F.softmax(logits.float(), dim=1), self.T, batch["label"])

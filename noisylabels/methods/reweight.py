@@ -35,7 +35,7 @@ class Reweight(TransitionMethod):
     (``1/C``; ``β <= 1 / T[y, y]``): others are refused.
     """
 
-    needs_invertible_transition = True
+    correction = "reweights by p_y / (p @ T)_y"
 
     def __init__(
         self, transition: bool | str = "estimate", detach_beta: bool = True, **kwargs: Any

@@ -162,6 +162,21 @@ class SmallLossMethod(TwoNetworkMethod):
         """T̂ that ``tau`` was estimated from (``forget_rate: estimate``), else ``None``."""
         return self.T_hat if bool(self.t_estimated) else None
 
+    def samples_per_variance(self, batch_size: int) -> int:
+        """The samples a network keeps of a batch once ``tau_t`` has reached ``tau`` (all of
+        them where ``tau`` is only known after the warm-up: ``forget_rate: estimate``)."""
+        source = self.forget_rate_source
+        if source == "estimate":
+            return batch_size
+        if source == "noise_rate":
+            facts = self.data_facts()
+            if facts is None or facts.noise_rate is None:
+                return batch_size  # refused by setup, naming the option
+            tau = float(facts.noise_rate)
+        else:
+            tau = float(source)
+        return int(self.keep_count(batch_size, tau))
+
     def forget_rate_at(self, epoch: int) -> float:
         """``tau_t`` at ``epoch`` epochs into the method's own stage: ``tau * t / (ramp - 1)``
         for ``t < ramp_epochs`` (0 at the first epoch, ``tau`` from epoch ``ramp - 1`` on)."""
@@ -174,13 +189,15 @@ class SmallLossMethod(TwoNetworkMethod):
         super().on_train_epoch_start()  # may start the method's stage (and estimate tau)
         self.current_forget_rate = self.forget_rate_at(self.current_epoch - self.warmup_length())
 
-    def keep_count(self, batch_size: int | Tensor) -> int | Tensor:
-        """How many samples of a batch a network keeps: ``floor((1 - tau_t) B)``, at least 1;
-        a 0-d tensor for a batch size counted on the device (the global batch under DDP)."""
+    def keep_count(self, batch_size: int | Tensor, rate: float | None = None) -> int | Tensor:
+        """How many samples of a batch a network keeps: ``floor((1 - tau_t) B)``, at least 1,
+        at this epoch's ``tau_t`` (or the forget ``rate`` given); a 0-d tensor for a batch size
+        counted on the device (the global batch under DDP)."""
+        rate = self.current_forget_rate if rate is None else rate
         if isinstance(batch_size, Tensor):
-            kept = batch_size.to(torch.float64) * (1.0 - self.current_forget_rate)
+            kept = batch_size.to(torch.float64) * (1.0 - rate)
             return torch.floor(kept).clamp_min(1.0)
-        return max(1, int((1.0 - self.current_forget_rate) * batch_size))
+        return max(1, int((1.0 - rate) * batch_size))
 
     def small_loss_masks(self, losses: list[Tensor]) -> list[Tensor]:
         """For each network's (detached) losses, the mask of the :meth:`keep_count` samples of

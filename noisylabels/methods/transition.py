@@ -63,8 +63,8 @@ class TransitionMethod(NoisyLabelMethod):
     """
 
     abstract = True  # a base of methods, not one itself (see methods.registry)
-    #: the correction inverts T (reweighting by ``p_y / (p @ T)_y``): a singular T is refused
-    needs_invertible_transition: ClassVar[bool] = False
+    #: how the method corrects with T, for the messages that refuse a T it cannot correct with
+    correction: ClassVar[str] = "corrects with p @ T"
 
     def __init__(
         self,
@@ -155,15 +155,20 @@ class TransitionMethod(NoisyLabelMethod):
             self.store_transition(T)
 
     def check_given_transition(self, T: Tensor) -> None:
-        """Refuse a given T (row-stochastic, ``T[i, j] = P(noisy=j | clean=i)``) with an
-        all-zero column ``j`` while training labels ``j`` occur (their Forward loss is constant,
-        their importance weight unbounded), or, for a reweighting method, a singular T or a
-        diagonal entry at or below chance (``β <= 1 / T[y, y]``); the message names the
-        columns or rows."""
+        """Refuse a given T (row-stochastic, ``T[i, j] = P(noisy=j | clean=i)``) that the
+        method cannot correct with: an all-zero column ``j`` while training labels ``j`` occur
+        (their Forward loss is constant, their importance weight unbounded), a singular T (rank
+        below C: where rows coincide, ``p @ T`` is the same for different clean classes, so
+        Forward's loss ``-log((p @ T)_y)`` cannot tell them apart and reweighting by
+        ``p_y / (p @ T)_y`` cannot invert T) or a diagonal entry at or below chance (``1/C``: a
+        class kept no more often than a random label; a reweighting weight reaches
+        ``1 / T[y, y]``). Every method that corrects with a given T checks it; the message
+        names the columns or rows."""
         source = self.transition_source
         what = f"the T file {source}" if isinstance(source, str) else "the true T"
         condition = transition_condition(T)
         facts = self.data_facts()
+        name = type(self).__name__
         if condition.zero_columns and facts is not None:
             labels = facts.noisy_labels[facts.train_indices].long()
             counts = torch.bincount(labels, minlength=self.num_classes)
@@ -175,25 +180,27 @@ class TransitionMethod(NoisyLabelMethod):
                     f"{what}: {columns} of T {'is' if len(used) == 1 else 'are'} all zero, so T "
                     f"says no sample is ever labelled {j} (T[i, j] = P(noisy=j | clean=i): rows "
                     f"are clean classes, columns noisy ones), yet {int(counts[j])} training "
-                    f"labels are {j}; {type(self).__name__} cannot correct those samples. Fix "
+                    f"labels are {j}; {name} cannot correct those samples. Fix "
                     "T (a file written column-stochastic, as the VRNL paper writes T, must be "
                     "transposed: noisylabels.noise.from_column_stochastic)"
                 )
-        if not self.needs_invertible_transition:
-            return
-        name, row = type(self).__name__, condition.min_diagonal_row
+        row = condition.min_diagonal_row
         if condition.singular:
             raise InputError(
-                f"{what} is singular ({condition.describe()}); {name} reweights by "
-                "p_y / (p @ T)_y, which needs an invertible T. Fix T, or use Forward, or "
+                f"{what} is singular ({condition.describe()}); {name} {self.correction}, and "
+                "where rows of T (T[i, j] = P(noisy=j | clean=i)) depend on each other, p @ T "
+                "is the same for different clean classes: the correction cannot tell them "
+                "apart, and the run learns nothing about them. Fix T, or estimate it: "
                 "--model.transition estimate"
             )
         if condition.below_chance:
             raise InputError(
                 f"{what} has T[{row}, {row}] = {condition.min_diagonal:.3g}, at or below chance "
-                f"(1/C = {1 / self.num_classes:.3g}): {name}'s weights p_y / (p @ T)_y of the "
-                f"samples labelled {row} reach 1/T[{row}, {row}], and a class kept no more "
-                "often than a random label cannot be corrected. Fix T, or use Forward"
+                f"(1/C = {1 / self.num_classes:.3g}): T says class {row} keeps its label no "
+                f"more often than a random label would, and {name} {self.correction} cannot "
+                "correct such a class (a reweighting weight p_y / (p @ T)_y of the samples "
+                f"labelled {row} reaches 1/T[{row}, {row}]). Fix T, or estimate it: "
+                "--model.transition estimate"
             )
 
     def resolve_transition(self) -> Tensor:

@@ -1,6 +1,6 @@
 """Label noise (pure torch, no Lightning): transition matrices, corruption, label files, label
-sources, transition-matrix estimation, and the typed facts of a run's data
-(:class:`DataFacts`) that methods and callbacks read.
+sources, the checks that labels can be learned at all, transition-matrix estimation, and the
+typed facts of a run's data (:class:`DataFacts`) that methods and callbacks read.
 
 Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``. The VRNL paper and
 cleanlab use the column-stochastic transpose; see ``to_column_stochastic``.
@@ -24,7 +24,7 @@ from .estimate import (
     dual_t_transition,
     estimation_error,
 )
-from .facts import UNKNOWN_LABEL, DataFacts, ProvidesDataFacts, data_facts_of
+from .facts import UNKNOWN_LABEL, DataFacts, ProvidesDataFacts, data_facts_of, majority_fraction
 from .label_file import LABEL_FILE_SUFFIXES, read_label_file
 from .labels import (
     SYNTHETIC_TYPES,
@@ -33,6 +33,12 @@ from .labels import (
     ShippedLabels,
     SyntheticNoise,
     check_noise_options,
+)
+from .learnable import (
+    check_class_coverage,
+    check_clean_majority,
+    clean_majority_limit,
+    majority_violations,
 )
 from .matrices import (
     NOISE_TYPES,
@@ -63,6 +69,7 @@ __all__ = [
     "DataFacts",
     "ProvidesDataFacts",
     "data_facts_of",
+    "majority_fraction",
     "NOISE_TYPES",
     "SYNTHETIC_TYPES",
     "LABEL_FILE_SUFFIXES",
@@ -94,6 +101,10 @@ __all__ = [
     "FileLabels",
     "ShippedLabels",
     "check_noise_options",
+    "check_clean_majority",
+    "check_class_coverage",
+    "clean_majority_limit",
+    "majority_violations",
     "anchor_points",
     "anchor_transition",
     "dual_t_correction",

@@ -17,13 +17,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["ZERO", "RANK_RTOL", "TransitionCondition", "transition_condition"]
+__all__ = ["ZERO", "RANK_RTOL", "CHANCE_ATOL", "TransitionCondition", "transition_condition"]
 
 ZERO = 1e-6
 """A column whose largest entry is below this counts as all zero."""
 RANK_RTOL = 1e-6
 """Singular values below this fraction of the largest count as zero for the rank (float32
 entries carry about 7 significant digits)."""
+CHANCE_ATOL = 1e-6
+"""A diagonal entry within this of ``1 / C`` counts as at chance (``0.1`` read as float32 is
+``0.10000000149``)."""
 _LISTED = 10
 
 
@@ -63,7 +66,7 @@ class TransitionCondition:
     def below_chance(self) -> bool:
         """Whether a diagonal entry is at or below ``1 / C``: a clean class no more likely to
         keep its label than a label drawn at random."""
-        return self.min_diagonal <= 1.0 / self.size
+        return self.min_diagonal <= 1.0 / self.size + CHANCE_ATOL
 
     @property
     def degenerate(self) -> bool:

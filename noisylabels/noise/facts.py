@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+import torch
 from torch import Tensor
 
 UNKNOWN_LABEL = -1
@@ -46,6 +47,9 @@ class DataFacts:
             (see :data:`EvalBatches`).
         batch_size: the most samples a training batch of one process holds (the per-process
             batch size); ``None`` where unknown.
+        val_labels: the labels validation accuracy is scored against (the noisy labels of the
+            held-out split, or the clean labels of a separate validation set); ``None`` where
+            unknown.
     """
 
     num_classes: int
@@ -58,11 +62,29 @@ class DataFacts:
     train_indices: Tensor
     eval_batches: EvalBatches
     batch_size: int | None = None
+    val_labels: Tensor | None = None
 
     @property
     def num_samples(self) -> int:
         """Samples of the training set (both splits): the length of per-sample tables."""
         return len(self.noisy_labels)
+
+    @property
+    def val_chance(self) -> float | None:
+        """The validation accuracy of always predicting the most frequent validation label
+        (what a network that learned nothing reaches at best); ``None`` without validation
+        labels."""
+        return majority_fraction(self.val_labels) if self.val_labels is not None else None
+
+
+def majority_fraction(labels: Tensor) -> float | None:
+    """The fraction of ``labels`` (integer class labels) that are the most frequent one: the
+    accuracy of always predicting it. ``None`` for no labels."""
+    labels = labels.detach().long().cpu().flatten()
+    labels = labels[labels >= 0]
+    if labels.numel() == 0:
+        return None
+    return float(torch.bincount(labels).max()) / labels.numel()
 
 
 @runtime_checkable

@@ -6,10 +6,12 @@
   ``noise.pt`` (see :func:`~noisylabels.noise.label_file.read_label_file`);
 - :class:`ShippedLabels`: real noisy labels that come with the dataset (Clothing1M).
 
-Each source produces the labels once (:meth:`LabelSource.make_labels`) and then describes
-them (:meth:`LabelSource.noise_info`), so ``results.json`` says what the noise was for every
-kind. Pure torch, no Lightning. Transition matrices are row-stochastic:
-``T[i, j] = P(noisy = j | clean = i)``.
+Each source produces the labels once (:meth:`LabelSource.make_labels`), which refuses labels
+whose clean class is not the majority of its noisy labels
+(:func:`~noisylabels.noise.learnable.check_clean_majority`: on the class-level T where there is
+one, else on the measured T), and then describes them (:meth:`LabelSource.noise_info`), so
+``results.json`` says what the noise was for every kind. Pure torch, no Lightning. Transition
+matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from noisylabels.errors import InputError
 
 from .corrupt import empirical_transition, make_noisy_labels, noise_rate
 from .label_file import read_label_file
+from .learnable import check_clean_majority
 from .matrices import NOISE_TYPES, check_symmetric_rate
 
 __all__ = [
@@ -100,6 +103,10 @@ class LabelSource(ABC):
     """
 
     kind: ClassVar[str] = "base"
+    real_labels: ClassVar[bool] = False
+    """Whether the labels are those of real labellers (read or shipped, not generated): the
+    clean-majority check then allows a class more often labelled as another one whose own label
+    still marks mostly its images (see :mod:`~noisylabels.noise.learnable`)."""
 
     def __init__(self) -> None:
         self.clean: Tensor | None = None
@@ -113,11 +120,32 @@ class LabelSource(ABC):
 
     def make_labels(self, clean: Tensor, num_classes: int) -> Tensor:
         """Produce (or read) the noisy labels of the training set whose clean labels are
-        ``clean``; returns a long tensor of the same length."""
+        ``clean``; returns a long tensor of the same length. Every label source passes here,
+        so this is where labels that cannot be learned are refused
+        (:func:`~noisylabels.noise.learnable.check_clean_majority`, raising
+        :class:`~noisylabels.errors.InputError`)."""
         clean = torch.as_tensor(clean).long()
         noisy = self._make(clean, num_classes).long()
+        check_clean_majority(
+            noisy,
+            clean,
+            num_classes,
+            transition=self.transition,
+            noise=self.describe(),
+            rate=self.rate_nominal,
+            remedy=self.remedy(),
+            real_labels=self.real_labels,
+        )
         self.clean, self.noisy, self.num_classes = clean, noisy, num_classes
         return noisy
+
+    def describe(self) -> str:
+        """What made the labels, in the words of the options, for messages."""
+        return f"the {self.kind} labels"
+
+    def remedy(self) -> str:
+        """What to do about labels that cannot be learned, for messages."""
+        return ""
 
     def _require(self) -> tuple[Tensor, Tensor, int]:
         if self.clean is None or self.noisy is None or self.num_classes is None:
@@ -207,6 +235,12 @@ class SyntheticNoise(LabelSource):
         """The configured rate ``rate``."""
         return self.rate
 
+    def describe(self) -> str:
+        return f"{self.noise_type} noise at --data.noise_rate {self.rate:g}"
+
+    def remedy(self) -> str:
+        return "Lower --data.noise_rate."
+
     def noise_info(self) -> dict[str, Any]:
         """``type``, ``rate_nominal``, ``rate_actual`` and the noise ``seed``."""
         return {
@@ -222,6 +256,7 @@ class FileLabels(LabelSource):
     training-set order; e.g. CIFAR-10N's ``worse_label`` (Wei et al. 2022)."""
 
     kind: ClassVar[str] = "file"
+    real_labels: ClassVar[bool] = True
 
     def __init__(self, path: str | Path, key: str | None = None) -> None:
         super().__init__()
@@ -230,6 +265,16 @@ class FileLabels(LabelSource):
 
     def _make(self, clean: Tensor, num_classes: int) -> Tensor:
         return read_label_file(self.path, len(clean), num_classes, self.key, clean=clean)
+
+    def describe(self) -> str:
+        key = "" if self.key is None else f" (--data.noise_file_key {self.key})"
+        return f"--data.noise_file {self.path}{key}"
+
+    def remedy(self) -> str:
+        return (
+            "Check that the file was made for this dataset, in its training-set order, and "
+            "that --data.noise_file_key selects its noisy labels."
+        )
 
     def noise_info(self) -> dict[str, Any]:
         """``type: file``, the ``file`` and ``key``, no nominal rate, and the rate measured
@@ -248,6 +293,7 @@ class ShippedLabels(LabelSource):
     training-set order; the clean label of a sample may be unknown (``-1``)."""
 
     kind: ClassVar[str] = "real"
+    real_labels: ClassVar[bool] = True
 
     def __init__(self, labels: Tensor, dataset: str = "the dataset") -> None:
         super().__init__()
@@ -263,6 +309,12 @@ class ShippedLabels(LabelSource):
         if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= num_classes):
             raise InputError(f"{self.dataset} ships noisy labels outside [0, {num_classes - 1}]")
         return self.labels
+
+    def describe(self) -> str:
+        return f"the noisy labels {self.dataset} ships (--data.noise_type real)"
+
+    def remedy(self) -> str:
+        return f"Check the label lists of {self.dataset}."
 
     def noise_info(self) -> dict[str, Any]:
         """``type: real``, no nominal rate, the rate over the samples with a known clean label

@@ -236,6 +236,42 @@ class NoisyLabelMethod(StagedModule):
         return estimation_error(facts.transition.detach().float().cpu(), T_hat)
 
     # ---------------------------------------------------------------- the objective
+    def samples_per_variance(self, batch_size: int) -> int:
+        """How many losses the variance of one training step covers when a batch holds
+        ``batch_size`` samples (all of them by default; a method that selects samples says how
+        many it keeps)."""
+        return batch_size
+
+    def check_variance_samples(self, world_size: int = 1) -> None:
+        """Refuse VRNL (``alpha != 0``) where the variance of a step's losses covers fewer than
+        2 samples: the variance of one loss is always 0, so the run would silently train the
+        base method. The batch is the per-process one (:attr:`DataFacts.batch_size
+        <noisylabels.noise.DataFacts>`) with ``variance_scope: local``, the global one
+        (``world_size`` processes) with ``global``."""
+        facts = self.data_facts()
+        if self.alpha == 0 or facts is None or facts.batch_size is None:
+            return
+        scope_global = self.variance_scope == "global"
+        batch = int(facts.batch_size) * (world_size if scope_global else 1)
+        kept = self.samples_per_variance(batch)
+        if kept >= 2:
+            return
+        size = f"--data.batch_size {facts.batch_size}"
+        if scope_global and world_size > 1:
+            size = f"{world_size} processes x {size} = {batch} in the global batch"
+        elif world_size > 1:
+            size += " per process with --model.variance_scope local"
+        if kept != batch:
+            size += f", of which {type(self).__name__} keeps {kept}"
+        raise InputError(
+            f"--model.alpha {self.alpha:g} asks for VRNL, mean(l) - alpha * Var(l), but the "
+            f"variance of each training step covers {kept} sample ({size}): the variance of "
+            f"one loss is always 0, so the run would silently train {self.base_method_name} "
+            "without VRNL. Use a larger --data.batch_size (the paper: 128)"
+            + (", or --model.variance_scope global" if not scope_global else "")
+            + ", or --model.alpha 0 for the base method"
+        )
+
     def vrnl(
         self,
         losses: Tensor,
@@ -314,9 +350,11 @@ class NoisyLabelMethod(StagedModule):
     def setup(self, stage: str) -> None:
         strategy = getattr(self.trainer, "strategy", None)  # none: the module's own device
         device = self.device if strategy is None else strategy.root_device
-        self.resolve_acceleration(device, getattr(self.trainer, "world_size", 1))
+        world_size = getattr(self.trainer, "world_size", 1)
+        self.resolve_acceleration(device, world_size)
         if stage == "fit":
             self.check_stages_fit()
+            self.check_variance_samples(world_size)
             self.speed.check_accumulation(getattr(self.trainer, "accumulate_grad_batches", 1))
 
     def on_fit_start(self) -> None:  # after DDP's SyncBatchNorm swap
