@@ -11,7 +11,9 @@ method logs: on noisy labels, or on the clean labels of a separate validation se
 data facts, :attr:`~noisylabels.noise.DataFacts.val_chance`), plus :data:`MARGIN`. A network
 that learned nothing, or predicts one class, scores at most that. After :data:`PATIENCE`
 consecutive validated epochs at or below it (half the run's epochs where that is fewer, at least
-2), it stops training, prints one line saying why, and its :attr:`~HealthMonitor.verdict`
+2) of the method's own stage — a warm-up is plain cross-entropy on a network that may still be at
+chance after its first short epochs, and a learning rate that breaks it breaks the stage after
+it too — it stops training, prints one line saying why, and its :attr:`~HealthMonitor.verdict`
 becomes ``"collapsed: noisy-validation accuracy 0.098 at chance (0.112) for 5 epochs (epochs
 3-7)"``; otherwise it is ``"ok"``.
 
@@ -133,6 +135,8 @@ class HealthMonitor(L.Callback):
         state = getattr(trainer, "state", None)
         if state is not None and getattr(state, "fn", "fit") != "fit":
             return
+        if getattr(pl_module, "in_warmup", False):
+            return  # judged in the method's own stage (see the class docstring)
         value = trainer.callback_metrics.get(self.monitor)
         chance = self.chance_of(trainer, pl_module)
         if value is None or chance is None:

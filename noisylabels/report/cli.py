@@ -21,17 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from noisylabels.errors import InputError
-from noisylabels.report.collect import (
-    METRICS,
-    PAPER_FILE,
-    Admit,
-    DamagedRun,
-    Screened,
-    collect,
-    group,
-    load_paper,
-    screen,
-)
+from noisylabels.report.cells import Admit, Screened, group, load_paper, screen
+from noisylabels.report.collect import METRICS, PAPER_FILE, DamagedRun, collect
 from noisylabels.report.mixed import mixed_cells
 from noisylabels.report.writing import out_error
 

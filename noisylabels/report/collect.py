@@ -1,24 +1,17 @@
-"""Collect finished runs (their ``results.json``) into tables of test accuracy over seeds.
+"""Collect finished runs (their ``results.json``) into records, each with its problems.
 
 A run is described by fields: ``dataset``, ``method`` (``Forward-VRNL`` where α ≠ 0), ``alpha``,
 ``noise`` (``Sym-20%``, ``Asym-50%``, ``Pair-45%``, ``real``, ...), ``backbone`` and ``seed`` from
 its ``results.json``; the axes of the sweep that made it (``sweep_run.json``); and any option of
 its saved ``config.yaml`` by its dotted name (``model.transition_bias``, ``data.noise_seed``).
-Cells group the runs that differ only in ``seed``: mean ± sample standard deviation (n − 1) of
-the test accuracy in %, with the number of seeds.
-
-Paired statistics (VRNL against its base method, :func:`paired_difference`): the runs of
-``X-VRNL`` and ``X`` with the same seed share noisy labels, split and initialisation, so the
-difference per seed is the effect of VRNL; reported are its mean, a 95 % confidence interval
-from Student's t distribution with n − 1 degrees of freedom, and the two-sided p-value of the
-paired t-test (``scipy.stats.ttest_rel``).
+How runs are grouped into cells and compared is :mod:`noisylabels.report.cells`.
 
 No number is believed blindly. A run's problems (:class:`Problem`) are found when it is read:
 a metric that is not a finite number in [0, 1] (``NaN``, ``Infinity``, ``87.0``, ``"0.9"``,
 ``true``, or none), a ``health`` other than ``"ok"``, fewer ``epochs`` than its preset's
 ``protocol_epochs``, a grid point whose results were made with other options than the sweep's.
-:func:`screen` leaves such a run out of every mean, best mark, paired difference and figure,
-and says why; unhealthy and short runs only where :class:`Admit` does not admit them
+:func:`~noisylabels.report.cells.screen` leaves such a run out of every mean, best mark, paired
+difference and figure, and says why; unhealthy and short runs only where they are not admitted
 (``--include-unhealthy``, ``--include-short``). Fields a ``results.json`` lacks (written before
 runs recorded them) are not recorded, not a problem. Only regular files are read: a named pipe,
 socket or device named like a run's file is a :class:`DamagedRun`, never opened.
@@ -26,13 +19,12 @@ socket or device named like a run's file is a :class:`DamagedRun`, never opened.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +32,16 @@ from typing import Any
 import yaml
 
 from noisylabels.errors import InputError, MissingFileError
+from noisylabels.report.problems import (
+    EPS_T,
+    METRIC_PROBLEM,
+    NOT_THE_SWEEPS,
+    Problem,
+    eps_t_of,
+    health_problems,
+    metric_of,
+    protocol_problems,
+)
 
 # the run files of run/ and sweep/, named again here: a report reads them without torch
 RESULTS_FILE = "results.json"
@@ -102,27 +104,6 @@ def base_method(name: str) -> str | None:
 
 
 # what a problem of a run is about (Problem.kind)
-METRIC_PROBLEM = "metric"  # one metric's value (Problem.metric: a METRICS name, or "eps_t")
-UNHEALTHY = "unhealthy"  # its health is not "ok" (--include-unhealthy admits it)
-SHORT = "short"  # fewer epochs than its protocol's (--include-short admits it)
-NOT_THE_SWEEPS = "sweep"  # a grid point's results made with other options than the sweep's
-EPS_T = "eps_t"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Why a run's number is not to be believed: ``kind`` (:data:`METRIC_PROBLEM` with the
-    ``metric`` it concerns, :data:`UNHEALTHY`, :data:`SHORT`, :data:`NOT_THE_SWEEPS`) and the
-    reason as a report lists it (``test_acc is nan``, ``health: collapsed: ...``)."""
-
-    kind: str
-    text: str
-    metric: str | None = None
-
-    def __str__(self) -> str:
-        return self.text
-
-
 @dataclass
 class Record:
     """One finished run: its fields, seed, test accuracies (fractions in [0, 1], ``None`` where
@@ -239,89 +220,6 @@ def _read_run_file(folder: Path) -> dict[str, Any]:
     return content
 
 
-def _shown(value: Any, limit: int = 60) -> str:
-    """A value of a results.json as a reason shows it: ``nan``, ``87.0``, ``"0.9"``, ``true``."""
-    if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
-        text = repr(value)
-    else:
-        text = json.dumps(value, default=str, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _finite(value: Any) -> bool:
-    """A finite number (not a boolean; an integer of any size is finite)."""
-    return _is_number(value) and not (isinstance(value, float) and not math.isfinite(value))
-
-
-def accuracy(value: Any) -> float | None:
-    """``value`` as an accuracy: a finite number in [0, 1] (a fraction), ``None`` otherwise
-    (``NaN``, ``inf``, ``87.0``, ``-0.1``, a string, a boolean, ``None``)."""
-    return float(value) if _finite(value) and 0 <= value <= 1 else None
-
-
-def _metric(results: Mapping[str, Any], key: str) -> tuple[float | None, str | None]:
-    """An accuracy of ``results`` and, where it is not one, why."""
-    value = results.get(key)
-    if value is None:
-        return None, f"{key} is not recorded"
-    if not _is_number(value):
-        return None, f"{key} is {_shown(value)}, not a number"
-    if not _finite(value):
-        return None, f"{key} is {_shown(value)}"
-    if accuracy(value) is None:
-        return None, f"{key} is {_shown(value)}, outside [0, 1]"
-    return float(value), None
-
-
-def _eps_t(results: Mapping[str, Any]) -> tuple[float | None, str | None]:
-    """ε_T of ``results`` (a finite number ≥ 0) and, where it is not one, why."""
-    value = results.get("t_estimation_error")
-    if value is None:
-        return None, "t_estimation_error is not recorded (the run's true T is not known)"
-    if not _is_number(value):
-        return None, f"t_estimation_error is {_shown(value)}, not a number"
-    if not _finite(value) or value < 0:
-        return None, f"t_estimation_error is {_shown(value)}, not a finite number >= 0"
-    return float(value), None
-
-
-def _health(results: Mapping[str, Any]) -> list[Problem]:
-    """The run's ``health`` when it is not ``"ok"`` (none recorded: no problem)."""
-    health = results.get("health")
-    if health is None or health == "ok":
-        return []
-    if isinstance(health, str) and health.strip():
-        return [Problem(UNHEALTHY, "health: " + " ".join(health.split()))]  # on one line
-    return [Problem(UNHEALTHY, f'health: {_shown(health)}, neither "ok" nor a reason')]
-
-
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _protocol(results: Mapping[str, Any]) -> list[Problem]:
-    """A run that trained fewer ``epochs`` than its ``protocol_epochs`` (the epochs its config
-    files plan); none where the protocol is not recorded."""
-    planned, trained = results.get("protocol_epochs"), results.get("epochs")
-    if planned is None:
-        return []
-    if not _whole(planned):
-        text = f"protocol_epochs is {_shown(planned)}, not a whole number"
-    elif trained is None:
-        text = f"its protocol plans {planned} epochs, and how many it trained is not recorded"
-    elif not _whole(trained):
-        text = f"epochs is {_shown(trained)}, not a whole number (its protocol plans {planned})"
-    elif trained < planned:
-        text = f"short run: {trained} of its protocol's {planned} epochs"
-    else:
-        return []
-    return [Problem(SHORT, text)]
-
-
 def _record(
     file: Path, root: Path, point: Mapping[str, Any], problems: Sequence[Problem] = ()
 ) -> Record:
@@ -341,13 +239,13 @@ def _record(
     found = list(problems)
     metrics: dict[str, float | None] = {}
     for name, key in METRICS.items():
-        metrics[name], why = _metric(results, key)
+        metrics[name], why = metric_of(results, key)
         if why is not None:
             found.append(Problem(METRIC_PROBLEM, why, name))
-    eps_t, why = _eps_t(results)
+    eps_t, why = eps_t_of(results)
     if why is not None:
         found.append(Problem(METRIC_PROBLEM, why, EPS_T))
-    found += _health(results) + _protocol(results)
+    found += health_problems(results) + protocol_problems(results)
     return Record(file, fields, results.get("seed"), metrics, eps_t, config, found)
 
 
@@ -428,207 +326,3 @@ def collect(runs_dir: str | Path, skipped: list[str] | None = None) -> list[Reco
     if not records and not (skipped and found):
         raise MissingFileError(f"no {RESULTS_FILE} under {root}: no finished run")
     return records
-
-
-# ------------------------------------------------------------------------------ statistics
-@dataclass
-class Cell:
-    """Test accuracy (%) of one cell over seeds."""
-
-    values: dict[Any, float]  # seed -> accuracy in %
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float:
-        return sum(self.values.values()) / self.n
-
-    @property
-    def std(self) -> float | None:
-        """Sample standard deviation (n − 1); ``None`` for one seed."""
-        if self.n < 2:
-            return None
-        m = self.mean
-        return math.sqrt(sum((v - m) ** 2 for v in self.values.values()) / (self.n - 1))
-
-
-@dataclass
-class Paired:
-    """VRNL minus base over the seeds both have, in percentage points."""
-
-    n: int
-    mean: float
-    low: float | None
-    high: float | None
-    p: float | None
-
-
-def paired_difference(vrnl: Mapping[Any, float], base: Mapping[Any, float]) -> Paired | None:
-    """Mean of ``vrnl[s] - base[s]`` over the common seeds, its 95 % confidence interval (t
-    distribution, n − 1 degrees of freedom) and the paired t-test's two-sided p-value; ``None``
-    without a common seed; no interval or p-value for one seed or identical differences."""
-    from scipy import stats
-
-    seeds = sorted(set(vrnl) & set(base), key=str)
-    if not seeds:
-        return None
-    diffs = [vrnl[s] - base[s] for s in seeds]
-    n = len(diffs)
-    mean = sum(diffs) / n
-    if n < 2:
-        return Paired(n, mean, None, None, None)
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    if sd == 0.0:
-        return Paired(n, mean, mean, mean, None)
-    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    p = float(stats.ttest_rel([vrnl[s] for s in seeds], [base[s] for s in seeds]).pvalue)
-    return Paired(n, mean, mean - half, mean + half, p)
-
-
-# options of config.yaml that may differ within a cell: the seeds, and where a run was written
-# or read its data (dotted, with init_args)
-def load_paper(path: Path = PAPER_FILE) -> dict[tuple[str, str, str], tuple[float, float | None]]:
-    """The paper's published numbers: ``(dataset, noise, method key) -> (mean, std)``."""
-    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
-    table = {}
-    for row in csv.DictReader(lines):
-        std = float(row["std"]) if row["std"] else None
-        key = (row["dataset"], row["noise"], method_key(row["method"]))
-        table[key] = (float(row["mean"]), std)
-    return table
-
-
-def sort_key(name: str, value: Any) -> tuple:
-    """Order of a field's values: datasets as in the paper, noise by kind then rate, a base
-    method before its VRNL variant, numbers by value."""
-    if name == "dataset":
-        order = list(DATASETS.values())
-        return (order.index(value) if value in order else len(order), str(value))
-    if name == "noise":
-        kind, _, rate = str(value).partition("-")
-        kinds = list(NOISE_KINDS.values())
-        number = float(rate.rstrip("%")) if re.fullmatch(r"[\d.]+%", rate) else -1.0
-        return (kinds.index(kind) if kind in kinds else len(kinds), str(kind), number)
-    if name == "method":
-        base = base_method(str(value))
-        return (str(base or value), base is not None)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (0, float(value), "")
-    return (1, 0.0, str(value))
-
-
-@dataclass(frozen=True)
-class Admit:
-    """Which problems do not leave a run out of the means: its health (``unhealthy``,
-    ``--include-unhealthy``), fewer epochs than its protocol (``short``, ``--include-short``).
-    Any other problem always does."""
-
-    unhealthy: bool = False
-    short: bool = False
-
-    def admits(self, problem: Problem) -> bool:
-        return (problem.kind == UNHEALTHY and self.unhealthy) or (
-            problem.kind == SHORT and self.short
-        )
-
-
-@dataclass
-class Screened:
-    """Runs sorted for a metric: ``used`` (averaged), ``left_out`` and ``admitted`` (averaged
-    despite their problems, by :class:`Admit`), each of the latter with its problems."""
-
-    used: list[Record] = field(default_factory=list)
-    left_out: list[tuple[Record, list[Problem]]] = field(default_factory=list)
-    admitted: list[tuple[Record, list[Problem]]] = field(default_factory=list)
-
-
-def screen(
-    records: Iterable[Record], metric: str, admit: Admit | None = None, eps_t: bool = False
-) -> Screened:
-    """Which of ``records`` may enter a mean of ``metric`` (a :data:`METRICS` name): those with
-    a finite accuracy in [0, 1] and no problem that ``admit`` does not admit; with ``eps_t``
-    (the bias figure) also a finite ε_T ≥ 0. Problems of other metrics do not count."""
-    admit = admit or Admit()
-    out = Screened()
-    concerned = {metric, EPS_T} if eps_t else {metric}
-    for record in records:
-        reasons, admitted = [], []
-        for problem in record.problems:
-            if problem.kind == METRIC_PROBLEM and problem.metric not in concerned:
-                continue
-            (admitted if admit.admits(problem) else reasons).append(problem)
-        # whatever the problems found say, a value that is not an accuracy never passes
-        value = record.metrics.get(metric)
-        if not reasons and accuracy(value) is None:
-            text = f"{METRICS[metric]} is {_shown(value)}, not a finite accuracy in [0, 1]"
-            reasons.append(Problem(METRIC_PROBLEM, text, metric))
-        if not reasons and eps_t and not (_finite(record.eps_t) and record.eps_t >= 0):
-            text = f"t_estimation_error is {_shown(record.eps_t)}, not a finite number >= 0"
-            reasons.append(Problem(METRIC_PROBLEM, text, EPS_T))
-        if reasons:
-            out.left_out.append((record, reasons + admitted))
-        else:
-            out.used.append(record)
-            if admitted:
-                out.admitted.append((record, admitted))
-    return out
-
-
-@dataclass
-class Grouped:
-    """Cells ``cells[row][col]`` of one metric in %, with the sorted row and column keys, the
-    fields they stand for, and the runs :func:`screen` sorted (those left out, with why)."""
-
-    cells: dict[tuple, dict[tuple, Cell]]
-    row_keys: list[tuple]
-    col_keys: list[tuple]
-    rows: list[str]
-    cols: list[str]
-    metric: str
-    screened: Screened = field(default_factory=Screened)
-
-    def cell(self, row: tuple, col: tuple) -> Cell | None:
-        return self.cells.get(row, {}).get(col)
-
-    def fields(self, row: tuple, col: tuple) -> dict[str, Any]:
-        """The field values of a cell: ``{"method": ..., "dataset": ..., "noise": ...}``."""
-        return dict(zip(self.rows, row, strict=True)) | dict(zip(self.cols, col, strict=True))
-
-    def best(self, col: tuple) -> float | None:
-        """The highest mean of a column."""
-        means = [self.cells[r][col].mean for r in self.row_keys if col in self.cells[r]]
-        return max(means) if means else None
-
-
-def group(
-    records: Iterable[Record],
-    rows: Sequence[str],
-    cols: Sequence[str],
-    metric: str,
-    admit: Admit | None = None,
-) -> Grouped:
-    """Group ``records`` into cells of ``metric`` (``best``, ``last`` or ``tail``) by the
-    ``rows`` and ``cols`` fields; a cell holds one accuracy per seed, of the runs
-    :func:`screen` lets in (``admit``: the problems that do not leave a run out)."""
-    screened = screen(records, metric, admit)
-    cells: dict[tuple, dict[tuple, Cell]] = {}
-    for record in screened.used:
-        row = tuple(record.get(f) for f in rows)
-        col = tuple(record.get(f) for f in cols)
-        cell = cells.setdefault(row, {}).setdefault(col, Cell({}))
-        if record.seed in cell.values:
-            raise InputError(
-                f"two runs with seed {record.seed} fall in the cell {row} x {col} (one is "
-                f"{record.path}); add the field that tells them apart to --rows or --cols "
-                "(e.g. alpha, or a sweep axis)"
-            )
-        cell.values[record.seed] = 100.0 * float(record.metrics[metric])  # type: ignore[arg-type]
-
-    def order(fields: Sequence[str]):
-        return lambda key: [sort_key(f, v) for f, v in zip(fields, key, strict=True)]
-
-    row_keys = sorted(cells, key=order(rows))
-    col_keys = sorted({c for by_col in cells.values() for c in by_col}, key=order(cols))
-    return Grouped(cells, row_keys, col_keys, list(rows), list(cols), metric, screened)

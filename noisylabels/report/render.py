@@ -3,7 +3,7 @@
 Accuracies are in %, a cell reads ``mean ± std (n)`` with ``n`` the number of seeds, and the
 best mean of each column is bold. Paired cells read ``+Δ [low, high] p=… (n)``: VRNL minus its
 base method in percentage points, the 95 % confidence interval and the paired t-test's p-value.
-Only the runs :func:`~noisylabels.report.collect.screen` lets in count; :func:`problems_section`
+Only the runs :func:`~noisylabels.report.cells.screen` lets in count; :func:`problems_section`
 lists the others, each with why.
 """
 
@@ -16,22 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from noisylabels.report.collect import (
-    SHORT,
-    UNHEALTHY,
-    VRNL_SUFFIX,
+from noisylabels.report.cells import (
     Admit,
     Cell,
     Grouped,
     Paired,
-    Record,
     Screened,
-    base_method,
-    method_key,
     paired_difference,
     screen,
     sort_key,
 )
+from noisylabels.report.collect import VRNL_SUFFIX, Record, base_method, method_key
+from noisylabels.report.problems import SHORT, UNHEALTHY
 
 DASH = "—"
 
@@ -326,7 +322,7 @@ def bias_figure(
 ) -> Path:
     """Test accuracy against ε_T (the paper's Fig. 3): one panel per dataset and noise, one line
     per method, a point per ``model.transition_bias`` (mean over seeds, ±1 std bars); of the
-    runs :func:`~noisylabels.report.collect.screen` lets in (``admit``)."""
+    runs :func:`~noisylabels.report.cells.screen` lets in (``admit``)."""
     from matplotlib.figure import Figure
 
     points: dict[tuple, dict[str, dict[Any, list[tuple[float, float]]]]] = {}

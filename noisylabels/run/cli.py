@@ -36,7 +36,7 @@ from noisylabels.run.compose import ComposedConfigFile, default_root_dir, planne
 from noisylabels.run.defaults import class_path
 from noisylabels.run.fit import fit_and_test
 from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
-from noisylabels.run.rules import folder_problem
+from noisylabels.run.rules import check_run_length, folder_problem
 
 # the paper's protocol, where a config does not say otherwise; a run folder named after the
 # config's data and method where no config names one (runs/<dataset>_<method>, see compose)
@@ -279,6 +279,13 @@ class NoisyLabelsCLI(LightningCLI):
             return
         if results["test_acc"] is not None:
             print(f"clean test accuracy: {results['test_acc']:.4f} ({results['method']})")
+        if results.get("health", "ok") != "ok":
+            print(
+                f"noisylabels: warning: the run stopped learning ({results['health']}); "
+                "results.json records it as its health, and `noisylabels report` leaves the run "
+                "out of its means (--include-unhealthy takes it in)",
+                file=sys.stderr,
+            )
         print(f"run folder: {run_dir(self.trainer)}")
 
     def predict(self, model: Any, datamodule: Any = None, **kwargs: Any) -> None:
@@ -292,31 +299,6 @@ class NoisyLabelsCLI(LightningCLI):
         self.trainer.predict(model, datamodule=datamodule, **kwargs)
         if self.trainer.is_global_zero:
             print(f"predictions: {path}")
-
-
-def check_run_length(trainer: Any) -> None:
-    """Refuse a fit that would train forever (``--trainer.max_epochs -1`` with no step or
-    time limit) or whose ``min_epochs`` exceed its ``max_epochs``."""
-    max_epochs, min_epochs = trainer.get("max_epochs"), trainer.get("min_epochs")
-    max_steps, max_time = trainer.get("max_steps"), trainer.get("max_time")
-    endless_steps = max_steps is None or max_steps == -1
-    if max_epochs == -1 and endless_steps and not max_time:
-        raise InputError(
-            "--trainer.max_epochs -1 trains forever (no --trainer.max_steps or max_time "
-            "either): give the number of epochs to train"
-        )
-    if max_epochs is not None and max_epochs < -1:
-        raise InputError(f"--trainer.max_epochs must be -1 or more, got {max_epochs}")
-    if (
-        isinstance(min_epochs, int)
-        and isinstance(max_epochs, int)
-        and max_epochs >= 0
-        and min_epochs > max_epochs
-    ):
-        raise InputError(
-            f"--trainer.min_epochs {min_epochs} is more than --trainer.max_epochs {max_epochs}: "
-            "give min_epochs <= max_epochs"
-        )
 
 
 def auto_precision(accelerator: Any) -> str | None:

@@ -28,7 +28,7 @@ import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from noisylabels.callbacks import SubsetStatistics
+from noisylabels.callbacks import HealthMonitor, SubsetStatistics
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
 
@@ -71,8 +71,13 @@ def command_line_callbacks(
     the best checkpoint by noisy-validation accuracy where the trainer has only Lightning's
     default checkpoint (a checkpoint of the caller's that monitors something is kept; a trainer
     with ``enable_checkpointing=False`` gets none); with ``subset_statistics``, the per-subset
-    statistics of a :class:`NoisyLabelMethod` where the trainer has none."""
+    statistics of a :class:`NoisyLabelMethod` where the trainer has none; and the health
+    check (:class:`~noisylabels.callbacks.HealthMonitor`, whose verdict is ``results.json``'s
+    ``health``) where the trainer has none (one of the caller's, e.g. with another patience, is
+    kept)."""
     callbacks: list[Callback] = []
+    if not any(isinstance(c, HealthMonitor) for c in trainer.callbacks):
+        callbacks.append(HealthMonitor())
     if select_best and has_default_checkpoint(trainer):
         callbacks.append(WarmupAwareCheckpoint(**BEST_CHECKPOINT))
     has_statistics = any(isinstance(c, SubsetStatistics) for c in trainer.callbacks)

@@ -39,6 +39,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from noisylabels.callbacks import (
     DivergenceGuard,
     EpochLog,
+    HealthMonitor,
     SampleDynamics,
     TailTest,
     TransitionMonitor,
@@ -209,6 +210,7 @@ def fit_and_test(
                 signals.check()
                 resumed = resume_history(trainer)  # before a test restores other states
                 tail = tail_summary(trainer)
+                health = health_of(trainer)
                 test_metrics = None
                 if test:
                     test_metrics = test_last_and_best(model, datamodule, trainer, signals)
@@ -228,6 +230,7 @@ def fit_and_test(
                     command=command,
                     inputs=recorder.inputs,
                     protocol_epochs=protocol_epochs,
+                    health=health,
                 )
                 if not trainer.fast_dev_run:
                     log_hp_metric(trainer, results["test_acc"])
@@ -241,6 +244,13 @@ def fit_and_test(
             if found is None or found is err:
                 raise
             raise found from err
+
+
+def health_of(trainer: L.Trainer) -> str:
+    """The verdict of the run's :class:`HealthMonitor`: ``"ok"``, or why the run stopped
+    learning (``"ok"`` where it has none)."""
+    found = [c for c in trainer.callbacks if isinstance(c, HealthMonitor)]
+    return found[0].verdict if found else "ok"
 
 
 def prepare(datamodule: L.LightningDataModule) -> None:

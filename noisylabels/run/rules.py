@@ -1,12 +1,12 @@
-"""The rules of a run folder: what it holds, and whether a run may be recorded in it.
+"""The rules of a run: how long it may train, what its folder holds, whether it may be recorded.
 
-A run folder holds one run. A new run is never recorded in a folder that holds another run's
-files (:data:`RUN_FILES`, checkpoints), whether finished or not: the run is refused instead,
-before anything is written. A run continued from a checkpoint (:mod:`noisylabels.run.resume`)
-must be the same experiment (:mod:`noisylabels.run.identity`); it continues in its own folder
-where that run is unfinished and the checkpoint is its newest state (``last.ckpt``), and
-elsewhere in a new folder; a finished run is never rewritten. :func:`admission` says which, or
-why not.
+A run trains for a limited time (:func:`check_run_length`). A run folder holds one run. A new
+run is never recorded in a folder that holds another run's files (:data:`RUN_FILES`,
+checkpoints), whether finished or not: it is refused instead, before anything is written. A run
+continued from a checkpoint (:mod:`noisylabels.run.resume`) must be the same experiment
+(:mod:`noisylabels.run.identity`); it continues in its own folder where that run is unfinished
+and the checkpoint is its newest state (``last.ckpt``), and elsewhere in a new folder; a
+finished run is never rewritten. :func:`admission` says which, or why not.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from noisylabels.errors import InputError
 from noisylabels.run import identity as ident
 from noisylabels.run import resume
 from noisylabels.run.artifacts import DYNAMICS_FILE, ERROR_FILE, ESTIMATE_FILE, NOISE_FILE
@@ -166,3 +167,28 @@ def only_setup_files(folder: Path, root: Path) -> bool:
         elif name not in SETUP_FILES and not name.startswith("events.out.tfevents."):
             return False
     return True
+
+
+def check_run_length(trainer: Any) -> None:
+    """Refuse a fit that would train forever (``--trainer.max_epochs -1`` with no step or
+    time limit) or whose ``min_epochs`` exceed its ``max_epochs``."""
+    max_epochs, min_epochs = trainer.get("max_epochs"), trainer.get("min_epochs")
+    max_steps, max_time = trainer.get("max_steps"), trainer.get("max_time")
+    endless_steps = max_steps is None or max_steps == -1
+    if max_epochs == -1 and endless_steps and not max_time:
+        raise InputError(
+            "--trainer.max_epochs -1 trains forever (no --trainer.max_steps or max_time "
+            "either): give the number of epochs to train"
+        )
+    if max_epochs is not None and max_epochs < -1:
+        raise InputError(f"--trainer.max_epochs must be -1 or more, got {max_epochs}")
+    if (
+        isinstance(min_epochs, int)
+        and isinstance(max_epochs, int)
+        and max_epochs >= 0
+        and min_epochs > max_epochs
+    ):
+        raise InputError(
+            f"--trainer.min_epochs {min_epochs} is more than --trainer.max_epochs {max_epochs}: "
+            "give min_epochs <= max_epochs"
+        )

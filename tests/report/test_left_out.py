@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
+from noisylabels.report.cells import screen
 from noisylabels.report.cli import main
-from noisylabels.report.collect import collect, screen
+from noisylabels.report.collect import collect
 
 SYM = {"type": "symmetric", "rate_nominal": 0.2}
 MISSING = object()  # the metric's key is absent from results.json

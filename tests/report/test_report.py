@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from noisylabels.report.collect import paired_difference
+from noisylabels.report.cells import paired_difference
 
 SYM = {"type": "symmetric", "rate_nominal": 0.2, "rate_actual": 0.2, "seed": 0}
 PAIR = {"type": "pair", "rate_nominal": 0.45, "rate_actual": 0.45, "seed": 0}

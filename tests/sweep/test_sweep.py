@@ -353,7 +353,8 @@ def test_shipped_table_sweeps_list_every_method_of_the_papers_tables(
 ) -> None:
     """The shipped table sweeps expand to the documented run counts, name only methods and
     datasets this project has, and have a row for every method of the paper's table."""
-    from noisylabels.report.collect import load_paper, method_key
+    from noisylabels.report.cells import load_paper
+    from noisylabels.report.collect import method_key
     from noisylabels.sweep.grid import check_classes
 
     sweep = load_sweep(CONFIGS / "sweeps" / f"{name}.yaml", tmp_path)

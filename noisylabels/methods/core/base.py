@@ -32,7 +32,11 @@ from noisylabels.methods.core.evaluation import split_logits
 from noisylabels.methods.core.staged import StagedModule
 from noisylabels.methods.core.stages import StageSchedule
 from noisylabels.methods.core.step import EpochStatistics, StepOutput, named_metrics
-from noisylabels.methods.core.vrnl import SCOPES, warn_nonpositive_weights
+from noisylabels.methods.core.vrnl import (
+    SCOPES,
+    check_variance_samples,
+    warn_nonpositive_weights,
+)
 from noisylabels.models import build_backbone
 from noisylabels.noise import DataFacts, data_facts_of, estimation_error
 
@@ -243,33 +247,19 @@ class NoisyLabelMethod(StagedModule):
         return batch_size
 
     def check_variance_samples(self, world_size: int = 1) -> None:
-        """Refuse VRNL (``alpha != 0``) where the variance of a step's losses covers fewer than
-        2 samples: the variance of one loss is always 0, so the run would silently train the
-        base method. The batch is the per-process one (:attr:`DataFacts.batch_size
-        <noisylabels.noise.DataFacts>`) with ``variance_scope: local``, the global one
-        (``world_size`` processes) with ``global``."""
+        """Refuse VRNL where the variance of a step's losses covers fewer than 2 samples
+        (:func:`~noisylabels.methods.core.vrnl.check_variance_samples`)."""
         facts = self.data_facts()
         if self.alpha == 0 or facts is None or facts.batch_size is None:
             return
-        scope_global = self.variance_scope == "global"
-        batch = int(facts.batch_size) * (world_size if scope_global else 1)
-        kept = self.samples_per_variance(batch)
-        if kept >= 2:
-            return
-        size = f"--data.batch_size {facts.batch_size}"
-        if scope_global and world_size > 1:
-            size = f"{world_size} processes x {size} = {batch} in the global batch"
-        elif world_size > 1:
-            size += " per process with --model.variance_scope local"
-        if kept != batch:
-            size += f", of which {type(self).__name__} keeps {kept}"
-        raise InputError(
-            f"--model.alpha {self.alpha:g} asks for VRNL, mean(l) - alpha * Var(l), but the "
-            f"variance of each training step covers {kept} sample ({size}): the variance of "
-            f"one loss is always 0, so the run would silently train {self.base_method_name} "
-            "without VRNL. Use a larger --data.batch_size (the paper: 128)"
-            + (", or --model.variance_scope global" if not scope_global else "")
-            + ", or --model.alpha 0 for the base method"
+        check_variance_samples(
+            self.alpha,
+            int(facts.batch_size),
+            world_size,
+            self.variance_scope,
+            self.samples_per_variance,
+            type(self).__name__,
+            self.base_method_name,
         )
 
     def vrnl(

@@ -18,12 +18,15 @@ gradient of the objective on the concatenated batch.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+from noisylabels.errors import InputError
 
 SCOPES = ("global", "local")
 
@@ -113,6 +116,43 @@ def vrnl_objective(
         if mask is not None:
             weights = torch.where(mask, weights, 0.0)
     return VRNLOutput(objective, mean.detach(), variance.detach(), weights)
+
+
+def check_variance_samples(
+    alpha: float,
+    batch_size: int,
+    world_size: int,
+    scope: str,
+    kept: Callable[[int], int],
+    method: str,
+    base_method: str,
+) -> None:
+    """Refuse VRNL (``alpha != 0``) where the variance of a step's losses covers fewer than 2
+    samples: the variance of one loss is always 0, so the run would silently train the base
+    method. The batch is the per-process ``batch_size`` with ``scope`` ``local``, the global one
+    (``world_size`` processes) with ``global``; ``kept(batch)`` is how many of a batch's losses
+    the method keeps (all, unless it selects samples). Raises
+    :class:`~noisylabels.errors.InputError`."""
+    scope_global = scope == "global"
+    batch = batch_size * (world_size if scope_global else 1)
+    count = kept(batch)
+    if alpha == 0 or count >= 2:
+        return
+    size = f"--data.batch_size {batch_size}"
+    if scope_global and world_size > 1:
+        size = f"{world_size} processes x {size} = {batch} in the global batch"
+    elif world_size > 1:
+        size += " per process with --model.variance_scope local"
+    if count != batch:
+        size += f", of which {method} keeps {count}"
+    raise InputError(
+        f"--model.alpha {alpha:g} asks for VRNL, mean(l) - alpha * Var(l), but the variance of "
+        f"each training step covers {count} sample ({size}): the variance of one loss is always "
+        f"0, so the run would silently train {base_method} without VRNL. Use a larger "
+        "--data.batch_size (the paper: 128)"
+        + (", or --model.variance_scope global" if not scope_global else "")
+        + ", or --model.alpha 0 for the base method"
+    )
 
 
 def warn_nonpositive_weights(fraction: float, alpha: float, threshold: float) -> None:

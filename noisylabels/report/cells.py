@@ -1,0 +1,243 @@
+"""Cells of a report: the runs that differ only in ``seed``, their test accuracy over seeds
+(mean ± sample standard deviation, n − 1, in %), and VRNL against its base method seed by seed.
+
+Paired statistics (:func:`paired_difference`): the runs of ``X-VRNL`` and ``X`` with the same
+seed share noisy labels, split and initialisation, so the difference per seed is the effect of
+VRNL; reported are its mean, a 95 % confidence interval from Student's t distribution with
+n − 1 degrees of freedom, and the two-sided p-value of the paired t-test
+(``scipy.stats.ttest_rel``). Only runs :func:`screen` lets in count.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from noisylabels.errors import InputError
+from noisylabels.report.collect import (
+    DATASETS,
+    METRICS,
+    NOISE_KINDS,
+    PAPER_FILE,
+    Record,
+    base_method,
+    method_key,
+)
+from noisylabels.report.problems import (
+    EPS_T,
+    METRIC_PROBLEM,
+    SHORT,
+    UNHEALTHY,
+    Problem,
+    accuracy,
+    finite,
+    shown,
+)
+
+
+@dataclass
+class Cell:
+    """Test accuracy (%) of one cell over seeds."""
+
+    values: dict[Any, float]  # seed -> accuracy in %
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values.values()) / self.n
+
+    @property
+    def std(self) -> float | None:
+        """Sample standard deviation (n − 1); ``None`` for one seed."""
+        if self.n < 2:
+            return None
+        m = self.mean
+        return math.sqrt(sum((v - m) ** 2 for v in self.values.values()) / (self.n - 1))
+
+
+@dataclass
+class Paired:
+    """VRNL minus base over the seeds both have, in percentage points."""
+
+    n: int
+    mean: float
+    low: float | None
+    high: float | None
+    p: float | None
+
+
+def paired_difference(vrnl: Mapping[Any, float], base: Mapping[Any, float]) -> Paired | None:
+    """Mean of ``vrnl[s] - base[s]`` over the common seeds, its 95 % confidence interval (t
+    distribution, n − 1 degrees of freedom) and the paired t-test's two-sided p-value; ``None``
+    without a common seed; no interval or p-value for one seed or identical differences."""
+    from scipy import stats
+
+    seeds = sorted(set(vrnl) & set(base), key=str)
+    if not seeds:
+        return None
+    diffs = [vrnl[s] - base[s] for s in seeds]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    if n < 2:
+        return Paired(n, mean, None, None, None)
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    if sd == 0.0:
+        return Paired(n, mean, mean, mean, None)
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    p = float(stats.ttest_rel([vrnl[s] for s in seeds], [base[s] for s in seeds]).pvalue)
+    return Paired(n, mean, mean - half, mean + half, p)
+
+
+# options of config.yaml that may differ within a cell: the seeds, and where a run was written
+# or read its data (dotted, with init_args)
+def load_paper(path: Path = PAPER_FILE) -> dict[tuple[str, str, str], tuple[float, float | None]]:
+    """The paper's published numbers: ``(dataset, noise, method key) -> (mean, std)``."""
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    table = {}
+    for row in csv.DictReader(lines):
+        std = float(row["std"]) if row["std"] else None
+        key = (row["dataset"], row["noise"], method_key(row["method"]))
+        table[key] = (float(row["mean"]), std)
+    return table
+
+
+def sort_key(name: str, value: Any) -> tuple:
+    """Order of a field's values: datasets as in the paper, noise by kind then rate, a base
+    method before its VRNL variant, numbers by value."""
+    if name == "dataset":
+        order = list(DATASETS.values())
+        return (order.index(value) if value in order else len(order), str(value))
+    if name == "noise":
+        kind, _, rate = str(value).partition("-")
+        kinds = list(NOISE_KINDS.values())
+        number = float(rate.rstrip("%")) if re.fullmatch(r"[\d.]+%", rate) else -1.0
+        return (kinds.index(kind) if kind in kinds else len(kinds), str(kind), number)
+    if name == "method":
+        base = base_method(str(value))
+        return (str(base or value), base is not None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+@dataclass(frozen=True)
+class Admit:
+    """Which problems do not leave a run out of the means: its health (``unhealthy``,
+    ``--include-unhealthy``), fewer epochs than its protocol (``short``, ``--include-short``).
+    Any other problem always does."""
+
+    unhealthy: bool = False
+    short: bool = False
+
+    def admits(self, problem: Problem) -> bool:
+        return (problem.kind == UNHEALTHY and self.unhealthy) or (
+            problem.kind == SHORT and self.short
+        )
+
+
+@dataclass
+class Screened:
+    """Runs sorted for a metric: ``used`` (averaged), ``left_out`` and ``admitted`` (averaged
+    despite their problems, by :class:`Admit`), each of the latter with its problems."""
+
+    used: list[Record] = field(default_factory=list)
+    left_out: list[tuple[Record, list[Problem]]] = field(default_factory=list)
+    admitted: list[tuple[Record, list[Problem]]] = field(default_factory=list)
+
+
+def screen(
+    records: Iterable[Record], metric: str, admit: Admit | None = None, eps_t: bool = False
+) -> Screened:
+    """Which of ``records`` may enter a mean of ``metric`` (a :data:`METRICS` name): those with
+    a finite accuracy in [0, 1] and no problem that ``admit`` does not admit; with ``eps_t``
+    (the bias figure) also a finite ε_T ≥ 0. Problems of other metrics do not count."""
+    admit = admit or Admit()
+    out = Screened()
+    concerned = {metric, EPS_T} if eps_t else {metric}
+    for record in records:
+        reasons, admitted = [], []
+        for problem in record.problems:
+            if problem.kind == METRIC_PROBLEM and problem.metric not in concerned:
+                continue
+            (admitted if admit.admits(problem) else reasons).append(problem)
+        # whatever the problems found say, a value that is not an accuracy never passes
+        value = record.metrics.get(metric)
+        if not reasons and accuracy(value) is None:
+            text = f"{METRICS[metric]} is {shown(value)}, not a finite accuracy in [0, 1]"
+            reasons.append(Problem(METRIC_PROBLEM, text, metric))
+        if not reasons and eps_t and not (finite(record.eps_t) and record.eps_t >= 0):
+            text = f"t_estimation_error is {shown(record.eps_t)}, not a finite number >= 0"
+            reasons.append(Problem(METRIC_PROBLEM, text, EPS_T))
+        if reasons:
+            out.left_out.append((record, reasons + admitted))
+        else:
+            out.used.append(record)
+            if admitted:
+                out.admitted.append((record, admitted))
+    return out
+
+
+@dataclass
+class Grouped:
+    """Cells ``cells[row][col]`` of one metric in %, with the sorted row and column keys, the
+    fields they stand for, and the runs :func:`screen` sorted (those left out, with why)."""
+
+    cells: dict[tuple, dict[tuple, Cell]]
+    row_keys: list[tuple]
+    col_keys: list[tuple]
+    rows: list[str]
+    cols: list[str]
+    metric: str
+    screened: Screened = field(default_factory=Screened)
+
+    def cell(self, row: tuple, col: tuple) -> Cell | None:
+        return self.cells.get(row, {}).get(col)
+
+    def fields(self, row: tuple, col: tuple) -> dict[str, Any]:
+        """The field values of a cell: ``{"method": ..., "dataset": ..., "noise": ...}``."""
+        return dict(zip(self.rows, row, strict=True)) | dict(zip(self.cols, col, strict=True))
+
+    def best(self, col: tuple) -> float | None:
+        """The highest mean of a column."""
+        means = [self.cells[r][col].mean for r in self.row_keys if col in self.cells[r]]
+        return max(means) if means else None
+
+
+def group(
+    records: Iterable[Record],
+    rows: Sequence[str],
+    cols: Sequence[str],
+    metric: str,
+    admit: Admit | None = None,
+) -> Grouped:
+    """Group ``records`` into cells of ``metric`` (``best``, ``last`` or ``tail``) by the
+    ``rows`` and ``cols`` fields; a cell holds one accuracy per seed, of the runs
+    :func:`screen` lets in (``admit``: the problems that do not leave a run out)."""
+    screened = screen(records, metric, admit)
+    cells: dict[tuple, dict[tuple, Cell]] = {}
+    for record in screened.used:
+        row = tuple(record.get(f) for f in rows)
+        col = tuple(record.get(f) for f in cols)
+        cell = cells.setdefault(row, {}).setdefault(col, Cell({}))
+        if record.seed in cell.values:
+            raise InputError(
+                f"two runs with seed {record.seed} fall in the cell {row} x {col} (one is "
+                f"{record.path}); add the field that tells them apart to --rows or --cols "
+                "(e.g. alpha, or a sweep axis)"
+            )
+        cell.values[record.seed] = 100.0 * float(record.metrics[metric])  # type: ignore[arg-type]
+
+    def order(fields: Sequence[str]):
+        return lambda key: [sort_key(f, v) for f, v in zip(fields, key, strict=True)]
+
+    row_keys = sorted(cells, key=order(rows))
+    col_keys = sorted({c for by_col in cells.values() for c in by_col}, key=order(cols))
+    return Grouped(cells, row_keys, col_keys, list(rows), list(cols), metric, screened)
