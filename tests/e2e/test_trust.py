@@ -131,3 +131,16 @@ def test_yaml_tags_that_would_run_code_stay_refused(inputs: Inputs, tmp_path: Pa
     with pytest.raises(InputError, match="tagged.yaml is not valid YAML"):
         read_yaml(path)
     assert not inputs.marker.exists()
+
+
+def test_resnet50_weights_that_would_run_code_are_refused(inputs: Inputs, tmp_path: Path) -> None:
+    import torch
+
+    from noisylabels.errors import InputError
+    from noisylabels.models.resnet_imagenet import resnet50
+
+    path = tmp_path / "evil.pth"
+    torch.save({"state_dict": {}, "payload": RunsCode(inputs.marker)}, path)
+    with pytest.raises(InputError, match="evil.pth cannot be read as a ResNet-50 state dict"):
+        resnet50(num_classes=3, pretrained=True, weights_path=str(path))
+    assert not inputs.marker.exists()
