@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+import stat
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,27 @@ def labels_sha256(datamodule: Any) -> str | None:
         return None
     data = labels.detach().to("cpu", torch.int64).contiguous().numpy().tobytes()
     return hashlib.sha256(data).hexdigest()
+
+
+def input_files_sha256(paths: Iterable[str | Path]) -> dict[str, str]:
+    """``{absolute path: SHA-256 of its content}`` of the input files among ``paths`` (a run's
+    label file and T file): existing regular files only (``estimate``, a missing path or a
+    folder is left out), each hashed in 1 MiB chunks. A path is made absolute without resolving
+    its symbolic links, so a link pointed at another file hashes as that file."""
+    hashes: dict[str, str] = {}
+    for given in paths:
+        path = os.path.abspath(os.path.expanduser(os.fspath(given)))
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                continue
+            digest = hashlib.sha256()
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+        except OSError:  # gone, or not readable: nothing to record
+            continue
+        hashes[path] = digest.hexdigest()
+    return hashes
 
 
 def config_sha256(config: Mapping[str, Any]) -> str:
