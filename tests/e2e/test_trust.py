@@ -1,17 +1,23 @@
 """What a command may trust in what it is given: a data file is read, never executed, and a YAML
-file that says one thing twice is refused, each with one paragraph and exit status 2."""
+file that says one thing twice is refused, each with one paragraph and exit status 2; a command
+whose output cannot be written (``> /dev/full``) ends the same way, or quietly where the reader
+of a pipe is gone (``| head``)."""
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_errors import RunsCode, error_lines
+from test_errors import GOOD_RESULTS, RunsCode, error_lines
 
-from conftest import CONFIGS, make_cifar
+from conftest import CONFIGS, REPO, make_cifar
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
 CIFAR10_CE = str(CONFIGS / "cifar10_ce.yaml")
@@ -43,6 +49,13 @@ axes:
     sym-0.2: {{data.noise_type: symmetric, data.noise_rate: 0.4}}
 """
 
+SWEEP = """\
+name: demo
+base: [{quickstart}]
+axes:
+  seed: {{values: [0, 1, 2, 3], options: [seed_everything, data.noise_seed]}}
+"""
+
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
@@ -54,6 +67,9 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
     (root / "duplicate_option.yaml").write_text(DUPLICATE_OPTION)
     (root / "composes_duplicate.yaml").write_text("compose: [duplicate_option.yaml]\n")
     (root / "duplicate_axis.yaml").write_text(DUPLICATE_AXIS.format(quickstart=QUICKSTART))
+    (root / "runs" / "good").mkdir(parents=True)
+    (root / "runs" / "good" / "results.json").write_text(json.dumps(GOOD_RESULTS))
+    (root / "sweep.yaml").write_text(SWEEP.format(quickstart=QUICKSTART))
     return Inputs(root, marker)
 
 
@@ -144,3 +160,62 @@ def test_resnet50_weights_that_would_run_code_are_refused(inputs: Inputs, tmp_pa
     with pytest.raises(InputError, match="evil.pth cannot be read as a ResNet-50 state dict"):
         resnet50(num_classes=3, pretrained=True, weights_path=str(path))
     assert not inputs.marker.exists()
+
+
+# ---------------------------------------------------------------- an output that cannot be written
+OUTPUT_COMMANDS: dict[str, Callable[[Inputs], list[str]]] = {
+    "help": lambda f: ["--help"],
+    "report": lambda f: ["report", str(f.root / "runs")],
+    "sweep-dry-run": lambda f: [
+        "sweep",
+        str(f.root / "sweep.yaml"),
+        "--dry-run",
+        "--root",
+        str(f.root / "sweep_runs"),
+    ],  # fmt: skip
+}
+
+
+def _command_env(unbuffered: bool) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env.pop("NOISYLABELS_DEBUG", None)
+    env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("name", list(OUTPUT_COMMANDS))
+def test_a_full_output_device_ends_with_one_paragraph(
+    name: str, unbuffered: bool, inputs: Inputs
+) -> None:
+    """``noisylabels ... > /dev/full``: the write fails in a print (unbuffered output) or in the
+    last flush (buffered); either way one paragraph on stderr and status 2."""
+    with open("/dev/full", "w") as full:
+        out = subprocess.run(
+            [sys.executable, "-m", "noisylabels.cli", *OUTPUT_COMMANDS[name](inputs)],
+            cwd=REPO, env=_command_env(unbuffered), stdout=full, stderr=subprocess.PIPE,
+            text=True, timeout=300,
+        )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith("noisylabels: error: cannot write to the standard output")
+    assert "/dev/full" in lines[0] and "No space left on device" in lines[0]
+
+
+@pytest.mark.parametrize("name", ["help", "report"])
+def test_a_closed_pipe_ends_quietly(name: str, inputs: Inputs) -> None:
+    """``noisylabels ... | head`` where head has gone: no message, the status of SIGPIPE."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "noisylabels.cli", *OUTPUT_COMMANDS[name](inputs)],
+        cwd=REPO, env=_command_env(unbuffered=False), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    process.stdout.close()  # the reader is gone before the command writes anything
+    err = process.stderr.read()
+    assert process.wait(timeout=300) == 141, err[-2000:]
+    assert err == ""
