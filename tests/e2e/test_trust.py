@@ -1,13 +1,16 @@
 """What a command may trust in what it is given: a data file is read, never executed, and a YAML
 file that says one thing twice is refused, each with one paragraph and exit status 2; a command
 whose output cannot be written (``> /dev/full``) ends the same way, or quietly where the reader
-of a pipe is gone (``| head``)."""
+of a pipe is gone (``| head``), and so does an audit of a run folder it cannot write into."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
+import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -219,3 +222,83 @@ def test_a_closed_pipe_ends_quietly(name: str, inputs: Inputs) -> None:
     err = process.stderr.read()
     assert process.wait(timeout=300) == 141, err[-2000:]
     assert err == ""
+
+
+# ---------------------------------------------------------------- an audit that cannot write
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short quickstart run: a run folder to audit."""
+    from noisylabels.cli import run
+
+    cli = run(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "2",
+               "--trainer.default_root_dir", str(tmp_path_factory.mktemp("audited")),
+               "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    return Path(cli.trainer.log_dir)
+
+
+def _can_mount_read_only(folder: Path) -> bool:
+    """Whether this process may bind-mount ``folder`` read-only in a mount namespace of its own
+    (root with CAP_SYS_ADMIN and util-linux's unshare); the mount never leaves that namespace."""
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return False
+    at = shlex.quote(str(folder))
+    script = f"mount --bind {at} {at} && mount -o remount,ro,bind {at} {at}"
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, timeout=60)
+    return probe.returncode == 0
+
+
+def test_audit_of_a_read_only_run_folder_names_it(finished_run: Path, tmp_path: Path) -> None:
+    """The run folder on a read-only mount (chmod does not stop root, which the tests may run
+    as): one paragraph naming the folder, status 2, before any work, and nothing written."""
+    folder = tmp_path / "run"
+    shutil.copytree(finished_run, folder)
+    if not _can_mount_read_only(folder):
+        pytest.skip("needs a read-only bind mount (root in a mount namespace: unshare -m)")
+    at = shlex.quote(str(folder))
+    command = shlex.join([sys.executable, "-m", "noisylabels.cli", "audit", str(folder)])
+    script = f"mount --bind {at} {at} && mount -o remount,ro,bind {at} {at} && exec {command}"
+    out = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], cwd=REPO, env=_command_env(unbuffered=False),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[-2000:]
+    assert f"into the run folder {folder}: the file system is read-only" in lines[0]
+    assert not list(folder.glob("*label_issues*"))
+
+
+@pytest.mark.parametrize(
+    ("broken", "raised", "said"),
+    [
+        ("write_csv", PermissionError(errno.EACCES, "Permission denied"),
+         "the folder is not writable by this user"),
+        ("write_csv", OSError(errno.EROFS, "Read-only file system"),
+         "the file system is read-only"),
+        ("draw_grid", OSError(errno.ENOSPC, "No space left on device"), "the disk is full"),
+    ],
+    ids=["csv-permission", "csv-read-only", "grid-disk-full"],
+)  # fmt: skip
+def test_an_audit_write_that_fails_names_the_run_folder(
+    broken: str, raised: OSError, said: str, finished_run: Path, monkeypatch, capsys
+) -> None:
+    """A write into the run folder that fails during the audit (the folder made read-only or
+    the disk filled after the check): one paragraph naming the folder, status 2."""
+    from noisylabels.audit import issues
+    from noisylabels.cli import main
+
+    def fail(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(issues, broken, fail)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["audit", str(finished_run)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err[-2000:]
+    assert "Traceback" not in err
+    (message,) = error_lines(err)
+    assert (
+        f"cannot write the audit (label_issues.csv, label_issues.png) into the run folder "
+        f"{finished_run}: {said}" in message
+    )
