@@ -1,7 +1,8 @@
 """What a command may trust in what it is given: a data file is read, never executed, and a YAML
 file that says one thing twice is refused, each with one paragraph and exit status 2; a command
 whose output cannot be written (``> /dev/full``) ends the same way, or quietly where the reader
-of a pipe is gone (``| head``), and so does an audit of a run folder it cannot write into."""
+of a pipe is gone (``| head``), and so does an audit of a run folder it cannot write into. The
+docs say which files are data and which are code."""
 
 from __future__ import annotations
 
@@ -302,3 +303,22 @@ def test_an_audit_write_that_fails_names_the_run_folder(
         f"cannot write the audit (label_issues.csv, label_issues.png) into the run folder "
         f"{finished_run}: {said}" in message
     )
+
+
+# ---------------------------------------------------------------- the trust model, documented
+def test_the_docs_say_what_is_data_and_what_is_code() -> None:
+    """docs/runs.md names each file a run reads as data with how it is read, and what is code
+    by design; README.md and docs/data.md link to it."""
+    text = (REPO / "docs" / "runs.md").read_text()
+    heading = "## What is data and what is code"
+    assert heading in text
+    section = text[text.index(heading) :]
+    for named in ("--data.noise_file", "--model.transition PATH", "--ckpt_path", "MNIST",
+                  "CIFAR-10/100", "results.json", "noise.pt", "sample_dynamics.pt",
+                  "config.yaml", "weights_only=True", "allow_pickle=False", "yaml.safe_load",
+                  "restricted unpickler", "class_path", "Sweep files", "--trainer.callbacks",
+                  "noisylabels audit"):  # fmt: skip
+        assert named in section, named
+    link = "runs.md#what-is-data-and-what-is-code"
+    assert f"docs/{link}" in (REPO / "README.md").read_text()
+    assert link in (REPO / "docs" / "data.md").read_text()
