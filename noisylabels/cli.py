@@ -139,30 +139,42 @@ class WatchedStdout:
         return None
 
 
-def _silence_stdout() -> None:
-    """Point file descriptor 1 at /dev/null, so that the interpreter's last flush of what the
-    output could not take fails no more (and prints no 'Exception ignored')."""
+def _file_descriptor(stream: Any) -> int | None:
+    """The file descriptor under ``stream``; ``None`` for one that has none (a capture)."""
+    try:
+        return int(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _silence(fd: int) -> None:
+    """Point file descriptor ``fd`` at /dev/null, so that the interpreter's last flush of what
+    the output could not take fails no more (and prints no 'Exception ignored')."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
+        os.dup2(devnull, fd)
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):
+    except OSError:
         pass
 
 
-def _stdout_target() -> str:
-    """What the standard output is (``/dev/full``, a file's path), where the system says."""
+def _target(fd: int) -> str:
+    """What the file descriptor ``fd`` writes to (``/dev/full``, a file's path), where the
+    system says."""
     try:
-        return os.readlink("/proc/self/fd/1")
+        return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
         return ""
 
 
-def stdout_failure_exit(err: OSError) -> int:
-    """End the command after a write to its output failed: quietly for a reader that closed it
-    (a pipe to ``head``: status 141, as for SIGPIPE), else with one paragraph (status 2)."""
-    target = _stdout_target()
-    _silence_stdout()
+def stdout_failure_exit(err: OSError, stream: Any) -> int:
+    """End the command after a write to its output ``stream`` failed: quietly for a reader that
+    closed it (a pipe to ``head``: status 141, as for SIGPIPE), else with one paragraph (status
+    2)."""
+    fd = _file_descriptor(stream)
+    target = _target(fd) if fd is not None else ""
+    if fd is not None:
+        _silence(fd)
     if err.errno == errno.EPIPE:
         return SIGPIPE_EXIT
     code = err.errno or 0
@@ -213,7 +225,7 @@ def main(args: list[str] | None = None) -> None:
         failure = watched.failed(err) if watched is not None else None
         if failure is None or debug:
             raise
-        status = stdout_failure_exit(failure)
+        status = stdout_failure_exit(failure, stdout)
     finally:
         if sys.stdout is watched:
             sys.stdout = stdout

@@ -211,6 +211,33 @@ def test_a_full_output_device_ends_with_one_paragraph(
     assert "/dev/full" in lines[0] and "No space left on device" in lines[0]
 
 
+class _FullStream:
+    """An output whose every write fails as on a full device, with no file descriptor (as the
+    output of a caller that captures it)."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self) -> None:
+        pass
+
+
+def test_an_output_without_a_file_descriptor_fails_the_same_way(monkeypatch, capsys) -> None:
+    """In-process: the paragraph and status 2, and sys.stdout is given back afterwards."""
+    from noisylabels.cli import main
+
+    full = _FullStream()
+    monkeypatch.setattr(sys, "stdout", full)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 2
+    (message,) = error_lines(capsys.readouterr().err)
+    assert "cannot write to the standard output: the device is full" in message
+    assert sys.stdout is full
+
+
 @pytest.mark.parametrize("name", ["help", "report"])
 def test_a_closed_pipe_ends_quietly(name: str, inputs: Inputs) -> None:
     """``noisylabels ... | head`` where head has gone: no message, the status of SIGPIPE."""
