@@ -14,17 +14,21 @@ returns its result (the CLI object of a Lightning stage, a subcommand's exit sta
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
 from typing import Any
 
 from noisylabels import __version__
-from noisylabels.errors import InputError, user_error
+from noisylabels.errors import InputError, StorageError, user_error
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "NOISYLABELS_DEBUG"
 SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: a reader of the output (`| head`) closed it early
+# why a write to the standard output fails that the user can fix (a closed pipe ends quietly)
+STDOUT_ERRNOS = {errno.ENOSPC: "the device is full", errno.EDQUOT: "the disk quota is exhausted"}
 
 LIGHTNING = "noisylabels.run.cli:lightning_command"
 # name -> ("module:function" taking the arguments after the name, one line of help)
@@ -92,10 +96,113 @@ def paragraph(err: BaseException) -> str:
     )
 
 
+class WatchedStdout:
+    """The standard output, remembering the error of a write or flush that failed, so that the
+    command can tell a failed write to its output (``> /dev/full``, ``| head``) from other
+    errors. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.failure: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as err:
+            self.failure = err
+            raise
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as err:
+            self.failure = err
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+    def failed(self, err: BaseException) -> OSError | None:
+        """The failed write to the output behind ``err`` (itself, or what it was raised from or
+        while handling), if there was one."""
+        seen: set[int] = set()
+        current: BaseException | None = err
+        while current is not None and id(current) not in seen:
+            if current is self.failure:
+                return self.failure
+            seen.add(id(current))
+            current = current.__cause__ or current.__context__
+        return None
+
+
+def _file_descriptor(stream: Any) -> int | None:
+    """The file descriptor under ``stream``; ``None`` for one that has none (a capture)."""
+    try:
+        return int(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _silence(fd: int) -> None:
+    """Point file descriptor ``fd`` at /dev/null, so that the interpreter's last flush of what
+    the output could not take fails no more (and prints no 'Exception ignored')."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+def _target(fd: int) -> str:
+    """What the file descriptor ``fd`` writes to (``/dev/full``, a file's path), where the
+    system says."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+def stdout_failure_exit(err: OSError, stream: Any) -> int:
+    """End the command after a write to its output ``stream`` failed: quietly for a reader that
+    closed it (a pipe to ``head``: status 141, as for SIGPIPE), else with one paragraph (status
+    2)."""
+    fd = _file_descriptor(stream)
+    target = _target(fd) if fd is not None else ""
+    if fd is not None:
+        _silence(fd)
+    if err.errno == errno.EPIPE:
+        return SIGPIPE_EXIT
+    code = err.errno or 0
+    reason = STDOUT_ERRNOS.get(code, os.strerror(code).lower())
+    problem = StorageError(
+        f"cannot write to the standard output{f' ({target})' if target else ''}: {reason} "
+        f"({os.strerror(code)}); the output is cut short. Free space there, or send the output "
+        "elsewhere"
+    )
+    try:
+        print(paragraph(problem), file=sys.stderr, flush=True)
+    except OSError:
+        pass
+    return problem.exit_code
+
+
+def _flush_stdout() -> None:
+    """Flush the output now, inside the command, where a failure is handled (not at exit)."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``noisylabels`` command: user errors end it with one paragraph and
     their exit status (a traceback with ``--debug`` or ``NOISYLABELS_DEBUG=1``), SIGTERM with
-    status 143; programming errors keep their traceback."""
+    status 143; programming errors keep their traceback. An output that cannot be written ends
+    it with one paragraph and status 2 (a full device), or quietly with status 141 (a pipe
+    whose reader is gone, as ``| head`` leaves it)."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException  # loads Lightning
 
     argv = list(sys.argv[1:] if args is None else args)
@@ -103,18 +210,42 @@ def main(args: list[str] | None = None) -> None:
     argv = [a for a in argv if a != DEBUG_FLAG]
     if args is None:
         sys.argv[1:] = argv
+    stdout = sys.stdout
+    watched = WatchedStdout(stdout) if stdout is not None else None
+    if watched is not None:
+        sys.stdout = watched
     try:
-        result = run(None if args is None else argv)
-    except SIGTERMException:
-        sys.exit(SIGTERM_EXIT)
+        try:
+            status = _main(None if args is None else argv, debug, SIGTERMException)
+            _flush_stdout()
+        except SystemExit:
+            _flush_stdout()  # what help or a report printed before it exits
+            raise
+    except (Exception, SystemExit) as err:
+        failure = watched.failed(err) if watched is not None else None
+        if failure is None or debug:
+            raise
+        status = stdout_failure_exit(failure, stdout)
+    finally:
+        if sys.stdout is watched:
+            sys.stdout = stdout
+    if status:
+        sys.exit(status)
+
+
+def _main(args: list[str] | None, debug: bool, sigterm: type[BaseException]) -> int:
+    """Run the command; its exit status. User errors print their paragraph here."""
+    try:
+        result = run(args)
+    except sigterm:
+        return SIGTERM_EXIT
     except Exception as err:
         found = user_error(err)
         if found is None or debug:
             raise
         print(paragraph(found), file=sys.stderr, flush=True)
-        sys.exit(found.exit_code)
-    if isinstance(result, int) and result:
-        sys.exit(result)
+        return found.exit_code
+    return result if isinstance(result, int) and result else 0
 
 
 if __name__ == "__main__":

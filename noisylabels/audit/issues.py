@@ -16,7 +16,10 @@ From Python::
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Sequence
+import errno
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,10 +43,10 @@ from noisylabels.audit.scores import (
 )
 from noisylabels.data import ImageFileDataModule, NoisyDataModule
 from noisylabels.data.files import load_image
-from noisylabels.errors import InputError
+from noisylabels.errors import InputError, StorageError
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.cli import lightning_command
-from noisylabels.run.storage import replacing, save_torch
+from noisylabels.run.storage import STORAGE_ERRNOS, free_space, replacing, save_torch
 
 CSV_FILE = "label_issues.csv"
 GRID_FILE = "label_issues.png"
@@ -130,6 +133,7 @@ def audit(
     if score == "posterior":
         check_folds(folds)  # before anything is read
     folder = read_run(run)
+    check_writable(folder.path)  # before any image is read or any fold trained
     dm: NoisyDataModule | None = None
     if grid or issubclass(data_class(folder), ImageFileDataModule):
         dm = data_module(folder, data_dir)  # the images, or the files of the rows
@@ -149,14 +153,16 @@ def audit(
         known = keep & (true >= 0)
         result_quality = quality(scored.score[known], flagged[known], (true != scored.given)[known])
     csv_path = folder.path / CSV_FILE
-    write_csv(rows, csv_path)
+    with writing_into(folder.path):
+        write_csv(rows, csv_path)
     grid_path = None
     if grid and dm is not None and rows:
         shown = rows[:top]
         images = [_image(dm, int(row["index"])) for row in shown]
         captions = [_caption(row) for row in shown]
         title = f"{folder.path}: the {len(shown)} most suspect labels ({score})"
-        grid_path = draw_grid(images, captions, folder.path / GRID_FILE, title)
+        with writing_into(folder.path):
+            grid_path = draw_grid(images, captions, folder.path / GRID_FILE, title)
     return LabelIssues(
         run=folder.path,
         score=score,
@@ -183,6 +189,45 @@ def fit_and_audit(fit_args: Sequence[str], **options: Any) -> LabelIssues:
 
 
 # ---------------------------------------------------------------------- the parts
+def _cannot_write(folder: Path, code: int) -> StorageError:
+    """The error of an audit that cannot write into the run folder ``folder`` (``code``: one
+    of :data:`~noisylabels.run.storage.STORAGE_ERRNOS`)."""
+    full = code in (errno.ENOSPC, errno.EDQUOT)
+    space = f"; it has {free_space(folder)}" if full else ""
+    found = StorageError(
+        f"cannot write the audit ({CSV_FILE}, {GRID_FILE}) into the run folder {folder}: "
+        f"{STORAGE_ERRNOS[code]} ({os.strerror(code)}){space}. "
+        f"{'Free space there' if full else 'Make the folder writable'}, or copy the run folder "
+        "to a writable place and audit the copy"
+    )
+    found.errno = code
+    return found
+
+
+def check_writable(folder: Path) -> None:
+    """Refuse a run folder the audit cannot write its files into (a read-only file system, or
+    a folder this user may not write), naming it, before any work is done."""
+    if os.access(folder, os.W_OK):
+        return
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    raise _cannot_write(folder, errno.EROFS if read_only else errno.EACCES)
+
+
+@contextmanager
+def writing_into(folder: Path) -> Iterator[None]:
+    """Writes of the audit's files into the run folder ``folder``: a full disk or a folder
+    that cannot be written is a :class:`StorageError` naming the folder."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in STORAGE_ERRNOS:
+            raise
+        raise _cannot_write(folder, err.errno) from err
+
+
 def _scored(
     folder: RunFolder,
     score: str,
@@ -229,7 +274,8 @@ def out_of_sample(
                 float(state["seconds"]),
             )
     oos = cross_validate(folder, folds, folder.seed, data_dir, log)
-    save_torch(oos.state(), path)
+    with writing_into(folder.path):
+        save_torch(oos.state(), path)
     return oos
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -37,29 +37,200 @@ CIFAR100_COARSE: tuple[int, ...] = (
 )  # fmt: skip
 
 _PIXELS = 3 * 32 * 32
+_FIX = "Delete the folder and download CIFAR again (--data.download true)."
+
+
+class _Refused(Exception):
+    """What a CIFAR batch file holds that the official batches never do (nothing was built)."""
+
+
+class _Uint8Dtype:
+    """The ``numpy.dtype('u1')`` of an array being unpickled; its state is checked."""
+
+    def __setstate__(self, state: Any) -> None:
+        plain = (
+            isinstance(state, tuple)
+            and 7 <= len(state) <= 9
+            and isinstance(state[0], int)
+            and state[1] in ("|", "<", ">", "=", b"|", b"<", b">", b"=")
+            and all(item is None for item in state[2:5])  # no sub-array, names or fields
+            and all(item is None or isinstance(item, int) for item in state[5:])
+        )
+        if not plain:
+            raise _Refused(f"a uint8 dtype with the state {_brief(state)}")
+
+
+class _PendingArray:
+    """A uint8 array being unpickled: built by :meth:`__setstate__` from checked raw bytes."""
+
+    array: np.ndarray | None = None
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 5 and isinstance(state[0], int):
+            state = state[1:]  # (version, shape, dtype, is_fortran, raw)
+        if not (isinstance(state, tuple) and len(state) == 4):
+            raise _Refused(f"an array with the state {_brief(state)}")
+        shape, dtype, fortran, raw = state
+        if not (isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape)):
+            raise _Refused(f"an array of shape {_brief(shape)}")
+        if not isinstance(dtype, _Uint8Dtype):
+            raise _Refused(f"an array of dtype {_brief(dtype)} (CIFAR pixels are uint8)")
+        if isinstance(raw, str):  # a Python 2 string, read as latin-1
+            try:
+                raw = raw.encode("latin1")
+            except UnicodeEncodeError:
+                raise _Refused("an array whose data is text, not bytes") from None
+        if not isinstance(raw, bytes) or len(raw) != int(np.prod(shape, dtype=np.int64)):
+            raise _Refused(f"an array of shape {shape} with {_brief(raw)} as its data")
+        order = "F" if fortran else "C"
+        self.array = np.frombuffer(raw, dtype=np.uint8).reshape(shape, order=order)
+
+
+class _Global:
+    """A global an official batch refers to, as the unpickler sees it: a call to the stand-in
+    function, no attributes and no state (so a file cannot change it for later reads)."""
+
+    __slots__ = ("name", "function")
+
+    def __init__(self, name: str, function: Any) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "function", function)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function(*args)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise _Refused(f"an attribute set on {self.name}")
+
+    def __setstate__(self, state: Any) -> None:
+        raise _Refused(f"a state given to {self.name}")
+
+
+def _ndarray(*args: Any) -> Any:
+    raise _Refused("numpy.ndarray called directly")
+
+
+_NDARRAY = _Global("numpy.ndarray", _ndarray)
+
+
+def _reconstruct(cls: Any, shape: Any, typecode: Any) -> _PendingArray:
+    """numpy's ``_reconstruct(ndarray, (0,), b'b')``: an empty array that BUILD then fills."""
+    if cls is not _NDARRAY:
+        raise _Refused(f"numpy's array reconstructor called on {_brief(cls)}")
+    return _PendingArray()
+
+
+def _dtype(spec: Any, align: Any = False, copy: Any = False) -> _Uint8Dtype:
+    if spec not in ("u1", b"u1"):
+        raise _Refused(f"a numpy dtype {_brief(spec)} (CIFAR pixels are uint8)")
+    return _Uint8Dtype()
+
+
+def _encode(text: Any, encoding: Any = "utf-8") -> bytes:
+    """``_codecs.encode(text, 'latin1')``: how protocol 2 writes ``bytes`` from Python 3."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise _Refused(f"_codecs.encode with the encoding {_brief(encoding)}")
+    return text.encode("latin1")
+
+
+# Every global an official CIFAR batch refers to (a dict of str keys, uint8 arrays, lists of
+# ints and strings, pickled by Python 2 with protocol 2), under numpy 1's and 2's module names,
+# and ``_codecs.encode``, which protocol 2 uses for ``bytes`` written by Python 3.
+_GLOBALS: dict[tuple[str, str], _Global] = {
+    ("numpy.core.multiarray", "_reconstruct"): _Global("numpy's _reconstruct", _reconstruct),
+    ("numpy._core.multiarray", "_reconstruct"): _Global("numpy's _reconstruct", _reconstruct),
+    ("numpy", "ndarray"): _NDARRAY,
+    ("numpy", "dtype"): _Global("numpy.dtype", _dtype),
+    ("_codecs", "encode"): _Global("_codecs.encode", _encode),
+}
+
+
+def _brief(value: Any) -> str:
+    text = repr(value) if isinstance(value, (str, bytes, int, tuple, type(None))) else ""
+    return text if text and len(text) <= 40 else type(value).__name__
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickles what the official CIFAR batches hold and nothing else: any other global (a
+    class or function, the way a pickle runs code) is refused before it is looked up, and the
+    numpy arrays are built here from their checked shape, dtype and bytes, never by numpy's own
+    unpickling."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return _GLOBALS[(module, name)]
+        except KeyError:
+            raise _Refused(f"the Python global {module}.{name}") from None
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise _Refused(f"a persistent reference {_brief(pid)}")
+
+
+def _plain(value: Any, key: str) -> Any:
+    """A value of a batch as plain data: an array, a list of ints or strings, a string, an int."""
+    if isinstance(value, _PendingArray):
+        if value.array is None:
+            raise _Refused(f"an array without data under {key!r}")
+        return value.array
+    if isinstance(value, (str, bytes)) or type(value) is int:
+        return value
+    if isinstance(value, list) and all(
+        type(item) is int or isinstance(item, (str, bytes)) for item in value
+    ):
+        return value
+    kinds = sorted({type(item).__name__ for item in value}) if isinstance(value, list) else None
+    held = f"a list of {', '.join(kinds)}" if kinds else f"a {type(value).__name__}"
+    raise _Refused(f"{held} under {key!r}")
+
+
+def _unpickle_batch(fh: Any) -> Any:
+    """The content of a CIFAR batch file, with bytes keys read as str; raises :class:`_Refused`
+    for anything an official batch does not hold."""
+    entry = _CifarUnpickler(fh, encoding="latin1").load()
+    if not isinstance(entry, dict):
+        if isinstance(entry, (_PendingArray, _Uint8Dtype, _Global)):
+            raise _Refused("a bare numpy object instead of a dict")
+        return entry  # not a dict: named by the caller
+    plain = {}
+    for key, value in entry.items():
+        if not isinstance(key, (str, bytes)):
+            raise _Refused(f"a dict key {_brief(key)}")
+        name = key.decode("latin1") if isinstance(key, bytes) else key
+        plain[name] = _plain(value, name)
+    return plain
 
 
 def _read_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
-    fix = "Delete the folder and download CIFAR again (--data.download true)."
     try:
         with open(path, "rb") as fh:
-            entry = pickle.load(fh, encoding="latin1")
+            entry = _unpickle_batch(fh)
+    except _Refused as err:
+        raise InputError(
+            f"{path} is not a CIFAR batch: it holds {err}, which the official batches never "
+            f"do, and was refused without being loaded (unpickling it could run code). {_FIX}"
+        ) from None
     except Exception as err:  # truncated or not a pickle: any unpickling error means the same
         raise InputError(
-            f"{path} is truncated or not a CIFAR batch file ({type(err).__name__}: {err}). {fix}"
+            f"{path} is truncated or not a CIFAR batch file ({type(err).__name__}: {err}). {_FIX}"
         ) from None
     if not isinstance(entry, dict) or "data" not in entry or label_key not in entry:
         keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
         raise InputError(
             f"{path} is not a CIFAR batch: expected a dict with 'data' and {label_key!r}, "
-            f"found {keys}. {fix}"
+            f"found {keys}. {_FIX}"
         )
-    data = np.asarray(entry["data"], dtype=np.uint8)
-    labels = np.asarray(entry[label_key], dtype=np.int64)
+    try:
+        data = np.asarray(entry["data"], dtype=np.uint8)
+        labels = np.asarray(entry[label_key], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise InputError(
+            f"{path} is not a CIFAR batch: its 'data' or {label_key!r} are not numbers "
+            f"({err}). {_FIX}"
+        ) from None
     if data.size != len(labels) * _PIXELS:
         raise InputError(
             f"{path} holds {data.size} pixel values for {len(labels)} labels; a CIFAR batch "
-            f"has {_PIXELS} per image. {fix}"
+            f"has {_PIXELS} per image. {_FIX}"
         )
     return data.reshape(-1, 3, 32, 32), labels
 
@@ -67,10 +238,12 @@ def _read_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
 def read_cifar_batches(files: list[Path], label_key: str) -> tuple[Tensor, Tensor]:
     """Read CIFAR python batches (``data``: N x 3072 uint8, labels under ``label_key``).
 
-    The batches are Python pickles by format (torchvision reads them the same way), and
-    unpickling can run code: use the files of the official archive
-    (``cifar-10-python.tar.gz`` / ``cifar-100-python.tar.gz``), nothing else. A truncated file
-    or one that is not a CIFAR batch raises :class:`~noisylabels.errors.InputError` naming it.
+    The batches are Python pickles by format, and unpickling can run code; unlike
+    torchvision's reader this one admits only what the official archives
+    (``cifar-10-python.tar.gz`` / ``cifar-100-python.tar.gz``) hold: a dict of string keys,
+    uint8 numpy arrays, lists of ints and strings. A file holding anything else (any other
+    class or function), a truncated file or one that is not a CIFAR batch raises
+    :class:`~noisylabels.errors.InputError` naming it; nothing in it is executed.
     """
     parts = [_read_batch(path, label_key) for path in files]
     images = np.concatenate([p[0] for p in parts])

@@ -11,7 +11,7 @@ from torch import nn
 from torchvision.models import ResNet50_Weights
 from torchvision.models import resnet50 as tv_resnet50
 
-from noisylabels.errors import InputError, MissingFileError
+from noisylabels.errors import InputError, MissingFileError, load_error_summary
 
 
 def _cached_imagenet_weights_path() -> Path:
@@ -22,7 +22,16 @@ def _cached_imagenet_weights_path() -> Path:
 
 
 def _load_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
-    obj = torch.load(path, map_location="cpu", weights_only=True)
+    """The state dict of the weights file ``path``, loaded weights-only: a file holding other
+    Python objects (whose unpickling could run code) or a damaged one is an :class:`InputError`
+    naming it."""
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch.load on arbitrary bytes raises about anything
+        raise InputError(
+            f"{path} cannot be read as a ResNet-50 state dict (truncated, not a torch file, or "
+            f"holding Python objects, which are never loaded): {load_error_summary(err)}"
+        ) from None
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
         obj = obj["state_dict"]
     if not isinstance(obj, dict):

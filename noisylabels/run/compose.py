@@ -48,11 +48,53 @@ def _as_file(value: Any) -> Path | None:
     return path if path.is_file() else None
 
 
+class _DuplicateKey(yaml.YAMLError):
+    """A mapping of a YAML file holds ``key`` twice (1-based ``lines``)."""
+
+    def __init__(self, key: Any, lines: tuple[int, int]) -> None:
+        super().__init__(f"duplicate key {key!r} ({_lines(lines)})")
+        self.key, self.lines = key, lines
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing a mapping that holds a key twice (which YAML
+    readers otherwise settle silently by keeping the last value). Keys merged in with ``<<``
+    may be overridden, as YAML intends."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                line = key_node.start_mark.line + 1
+                try:
+                    if key in seen:
+                        raise _DuplicateKey(key, (seen[key], line))
+                    seen[key] = line
+                except TypeError:  # an unhashable key: SafeLoader's own error follows
+                    continue
+        return super().construct_mapping(node, deep=deep)
+
+
+def _lines(lines: tuple[int, int]) -> str:
+    return (
+        f"both on line {lines[0]}" if lines[0] == lines[1] else f"lines {lines[0]} and {lines[1]}"
+    )
+
+
 def read_yaml(path: Path, what: str = "config file") -> Any:
     """The content of the YAML file ``path``; :class:`InputError` naming it (as ``what``) and
-    the line where it is not valid YAML."""
+    the line where it is not valid YAML, or the key and both lines where a mapping holds a key
+    twice."""
     try:
-        return yaml.safe_load(Path(path).read_text())
+        return yaml.load(Path(path).read_text(), Loader=UniqueKeyLoader)
+    except _DuplicateKey as err:
+        raise InputError(
+            f"{what} {path} sets {err.key!r} twice in one mapping ({_lines(err.lines)}); "
+            "YAML would keep the last and drop the other silently: remove or rename one"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

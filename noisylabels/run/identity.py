@@ -21,8 +21,8 @@ schedule or seed is another experiment, started as a new run.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from noisylabels.run.defaults import class_path, plain
@@ -122,9 +122,9 @@ def input_paths(model: Any, datamodule: Any) -> dict[str, str]:
     for prefix, obj in (("model", model), ("data", datamodule)):
         for key, value in dict(getattr(obj, "hparams", None) or {}).items():
             if isinstance(value, str) and not str(key).startswith("_") and value:
-                path = Path(value).expanduser()
-                if path.is_file():
-                    out[f"{prefix}.{key}"] = str(path.resolve())
+                path = os.path.abspath(os.path.expanduser(value))  # as its hash is keyed
+                if os.path.isfile(path):
+                    out[f"{prefix}.{key}"] = path
     return out
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+import stat
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -48,6 +50,27 @@ def labels_sha256(datamodule: Any) -> str | None:
     return hashlib.sha256(data).hexdigest()
 
 
+def input_files_sha256(paths: Iterable[str | Path]) -> dict[str, str]:
+    """``{absolute path: SHA-256 of its content}`` of the input files among ``paths`` (a run's
+    label file and T file): existing regular files only (``estimate``, a missing path or a
+    folder is left out), each hashed in 1 MiB chunks. A path is made absolute without resolving
+    its symbolic links, so a link pointed at another file hashes as that file."""
+    hashes: dict[str, str] = {}
+    for given in paths:
+        path = os.path.abspath(os.path.expanduser(os.fspath(given)))
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                continue
+            digest = hashlib.sha256()
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+        except OSError:  # gone, or not readable: nothing to record
+            continue
+        hashes[path] = digest.hexdigest()
+    return hashes
+
+
 def config_sha256(config: Mapping[str, Any]) -> str:
     """SHA-256 of a resolved configuration (JSON with sorted keys; the keys in
     :data:`CONFIG_KEYS_IGNORED` and the trainer's :data:`TRAINER_KEYS_IGNORED` left out, so a
@@ -59,23 +82,6 @@ def config_sha256(config: Mapping[str, Any]) -> str:
         }
     text = json.dumps(kept, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def input_files_sha256(paths: Iterable[str | Path]) -> dict[str, str]:
-    """``{absolute path: SHA-256 of its content}`` of the existing regular files among
-    ``paths`` (a run's label file, T file): what ``results.json`` records as
-    ``provenance.inputs``, so that a result is known stale once a file it read has changed."""
-    out: dict[str, str] = {}
-    for path in paths:
-        file = Path(path).expanduser().absolute()
-        if not file.is_file():
-            continue
-        digest = hashlib.sha256()
-        with open(file, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-        out[str(file)] = digest.hexdigest()
-    return out
 
 
 def _config_digest(value: str) -> str:

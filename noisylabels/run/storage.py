@@ -18,6 +18,7 @@ of writes made by other libraries, e.g. the loggers).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -73,7 +74,8 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         os.replace(tmp, path)
     except BaseException as err:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only folder: the error below says so
+            tmp.unlink(missing_ok=True)
         found = storage_error(err, path)
         if found is not None and found is not err:
             raise found from err

@@ -159,7 +159,7 @@ def _summary(sweep: Sweep, states: dict[str, RunState]) -> str:
     text = f"sweep {sweep.name}: {len(states)} run(s) in {display_path(sweep.folder)}, "
     text += f"{done} finished"
     for kind, what in (
-        ("stale", "finished or stopped with other options (rerun)"),
+        ("stale", "finished or stopped with other options or inputs (rerun)"),
         ("to resume", "to resume from their last.ckpt"),
         ("running", "being written by another process (left alone)"),
     ):

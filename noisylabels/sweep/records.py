@@ -11,7 +11,9 @@ done with others (a trial with fewer epochs, an edited preset):
 ``done``       the newest ``results.json`` has this command's hash, or none at all (results
                written before runs recorded it count as done: their options are unknown)
 ``stale``      the newest ``results.json`` (or the stopped attempt's ``sweep_run.json``) has
-               another hash: the run is done again, from the start, in a new version folder
+               another hash, or a file the run read (its label file, its T file:
+               ``provenance.inputs``) has changed or is gone since: the run is done again,
+               from the start, in a new version folder
 ``to resume``  a stopped attempt of this command left a ``last.ckpt`` (``--ckpt_path last``)
 ``running``    a live process holds the folder's ``run.lock`` (:mod:`noisylabels.sweep.lock`)
 ``to run``     nothing yet
@@ -20,13 +22,16 @@ done with others (a trial with fewer epochs, an edited preset):
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noisylabels.run.provenance import command_identity
+import yaml
+
+from noisylabels.run.provenance import command_identity, input_files_sha256
 from noisylabels.run.resume import CHECKPOINT_FILE as LAST
 from noisylabels.run.storage import write_json
 from noisylabels.sweep.grid import RESULTS_FILE, RUN_FILE, Run, Sweep, display_path
@@ -92,6 +97,74 @@ def describe_difference(before: Any, now: Sequence[str]) -> str:
     return "other options: " + ("; ".join(parts) if parts else "another command")
 
 
+# what an input file was to a run: its option in the command, its key in the run's config.yaml
+INPUT_KINDS = (
+    ("label file", "--data.noise_file", ("data", "noise_file")),
+    ("T file", "--model.transition", ("model", "transition")),
+)
+_HASHED: dict[tuple[str, int, int, int], str | None] = {}  # (path, inode, size, mtime) -> hash
+
+
+def _current_sha256(path: str) -> str | None:
+    """The SHA-256 of the file ``path`` now (``None``: gone, or not a file), each version of a
+    file hashed once however many runs read it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _HASHED:
+        _HASHED[key] = next(iter(input_files_sha256([path]).values()), None)
+    return _HASHED[key]
+
+
+def _run_config(path: Path) -> dict[str, Any] | None:
+    """The mapping of the ``config.yaml`` a run wrote, or ``None`` if it cannot be read."""
+    try:
+        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return content if isinstance(content, dict) else None
+
+
+def _input_kind(path: str, results: Path, command: Any) -> str:
+    """What ``path`` was to the run of ``results``: its label file or its T file, by the option
+    of the recorded command or the run's ``config.yaml`` that names it; else an input file."""
+    given: dict[str, list[str]] = {}
+    if isinstance(command, list):
+        options = _options([str(a) for a in command])
+        given = {option: options.get(option, []) for _, option, _ in INPUT_KINDS}
+    config = _run_config(results.parent / "config.yaml")
+    for kind, option, (section, key) in INPUT_KINDS:
+        values = list(given.get(option, []))
+        part = config.get(section) if config else None
+        init_args = part.get("init_args") if isinstance(part, Mapping) else None
+        if isinstance(init_args, Mapping) and isinstance(init_args.get(key), str):
+            values.append(init_args[key])
+        for value in values:
+            candidate = os.path.abspath(os.path.expanduser(value))
+            if candidate == path or os.path.basename(candidate) == os.path.basename(path):
+                return kind
+    return "input file"
+
+
+def changed_inputs(provenance: Mapping[str, Any], results: Path) -> str:
+    """How the files a finished run read (``provenance.inputs``, ``{path: sha256}``) differ
+    from the files now: ``label file /data/labels.csv changed since the run``; ``""`` where
+    none does or the run recorded none."""
+    inputs = provenance.get("inputs")
+    if not isinstance(inputs, Mapping):
+        return ""
+    notes = []
+    for path, recorded in inputs.items():
+        now = _current_sha256(str(path))
+        if now == recorded:
+            continue
+        kind = _input_kind(str(path), results, provenance.get("command"))
+        notes.append(f"{kind} {path} {'is gone' if now is None else 'changed'} since the run")
+    return "; ".join(notes)
+
+
 @dataclass
 class RunState:
     """The state of a run folder (see the module docstring), a note saying why, and whether
@@ -117,8 +190,11 @@ def run_state(run: Run, extra: Sequence[str] = ()) -> RunState:
         content = read_json(results)
         provenance = (content or {}).get("provenance") or {}
         recorded = provenance.get("command_sha256") if isinstance(provenance, dict) else None
+        changed = changed_inputs(provenance, results) if isinstance(provenance, dict) else ""
         if content is None:
             stale_note = f"finished, but its {display_path(results)} cannot be read"
+        elif changed:
+            stale_note = f"finished, but its {changed}"
         elif recorded is None:
             return RunState("done", "finished before runs recorded their command")
         elif recorded == sha:
