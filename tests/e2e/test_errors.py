@@ -110,6 +110,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
         (root / "damaged_runs" / name).mkdir(parents=True)
         (root / "damaged_runs" / name / "results.json").write_text(text)
     (root / "a_file").write_text("a file, not a folder\n")
+    (root / "one_class.csv").write_text("0\n" * 1438)  # every digit labelled 0
+    np.savetxt(root / "T_rank_one.csv", np.full((10, 10), 0.1), delimiter=",")
     (root / "hpc_root").mkdir()  # a planted Lightning SLURM checkpoint that runs code
     torch.save({"state_dict": {}, "payload": RunsCode(marker)}, root / "hpc_root/hpc_ckpt_1.ckpt")
     _fit(root / "flat_run", "--config", QUICKSTART, *CE_ON_DIGITS, "--trainer.logger", "false")
@@ -249,6 +251,19 @@ CASES: list[tuple[str, Case, int]] = [
      str(f.root / "T_str.pt")], "T_str.pt holds a str"), 2),
     # ---- a run that diverges
     ("diverged", lambda f: (["--config", QUICKSTART, "--model.lr", "1e6"], "--model.lr"), 3),
+    # ---- inputs that cannot be learned
+    ("asymmetric-noise-beyond-the-majority", lambda f: (["--config", QUICKSTART,
+     "--data.noise_type", "asymmetric", "--data.noise_rate", "0.99"],
+     "asymmetric noise at --data.noise_rate 0.99"), 2),
+    ("label-file-of-one-class", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
+     "--data.noise_type", "file", "--data.noise_file", str(f.root / "one_class.csv")],
+     "the labels do not identify their classes"), 2),
+    ("validation-takes-whole-classes", lambda f: (["--config", QUICKSTART,
+     "--data.val_fraction", "0.995"], "have no sample in the training split"), 2),
+    ("vrnl-with-one-sample-per-batch", lambda f: (["--config", QUICKSTART,
+     "--data.batch_size", "1"], "the variance of one loss is always 0"), 2),
+    ("T-file-of-rank-one-for-forward", lambda f: (["--config", QUICKSTART, "--model.transition",
+     str(f.root / "T_rank_one.csv")], "T_rank_one.csv is singular"), 2),
     # ---- runs, folders and resumes
     ("max-epochs-forever", lambda f: (["--config", QUICKSTART, "--trainer.max_epochs", "-1"],
      "trains forever"), 2),
