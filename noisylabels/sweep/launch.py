@@ -269,12 +269,11 @@ def run_local(
         flags = list(resume) if resume is not None else [None] * len(runs)
         futures = [pool.submit(launch, run, flag) for run, flag in zip(runs, flags, strict=True)]
         handled = 0
-        while True:
-            _, waiting = wait(futures, timeout=WAIT_S, return_when=FIRST_COMPLETED)
+        waiting = set(futures)
+        while waiting:  # wait on the unfinished ones only: a finished one would return at once
+            _, waiting = wait(waiting, timeout=WAIT_S, return_when=FIRST_COMPLETED)
             if len(received) > handled:
                 handled = _stop(sweep, received, handled, stopping, lock, processes, print_fn)
-            if not waiting:
-                break
         outcomes = [future.result() for future in futures]
     finally:
         pool.shutdown(wait=True)

@@ -350,3 +350,24 @@ def test_slurm_dry_run_prints_the_script_with_a_multi_line_setup(
     path = tmp_path / "array.sbatch"
     path.write_text(script)
     subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_the_sweep_waits_for_its_runs_without_spinning(
+    sweep_file: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """While its runs go on the sweep looks for a stop signal every WAIT_S seconds, not in a
+    busy loop once a first run has finished (it spun at half a core on a long sweep)."""
+    runs = load_sweep(sweep_file, root=tmp_path / "runs").runs[:2]
+    monkeypatch.setattr(launch, "WAIT_S", 0.05)
+
+    def slow(sweep, run, extra, env, started, resume):  # the first ends at once, then 0.5 s
+        time.sleep(0.0 if run is runs[0] else 0.5)
+        return launch.Outcome(run, 0.0, run.folder / launch.LOG_FILE, kind="finished")
+
+    calls = []
+    real_wait = launch.wait
+    monkeypatch.setattr(launch, "run_process", slow)
+    monkeypatch.setattr(launch, "wait", lambda *a, **k: calls.append(1) or real_wait(*a, **k))
+    sweep = load_sweep(sweep_file, root=tmp_path / "runs")
+    launch.run_local(sweep, runs, parallel=2, print_fn=lambda line: None)
+    assert len(calls) < 40, f"{len(calls)} waits in 0.5 s: the sweep spins"
