@@ -18,18 +18,38 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CONFIGS, REPO, make_mnist
+from conftest import CONFIGS, REPO, make_cifar, make_mnist
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
 MNIST_CE = str(CONFIGS / "mnist_ce.yaml")
+CIFAR10_CE = str(CONFIGS / "cifar10_ce.yaml")
 CE_ON_DIGITS = ["--model", "CE", "--model.warmup_epochs", "0"]
 REWEIGHT = ["--model.class_path", "noisylabels.methods.Reweight"]
 ESTIMATE = ["--model.transition", "estimate"]
 SECRET = "s3cr3t-token-never-printed"  # in a file given as a config by mistake
-OTHER_SUBCOMMANDS = ("report", "plot")  # cases run as given, not as `fit`
+OTHER_SUBCOMMANDS = ("report", "plot", "sweep")  # cases run as given, not as `fit`
 STAGES = ("test", "validate", "predict")  # Lightning's other stages, given first in a case
 # the options of the fixtures' runs besides their config (a resume of them repeats them)
 FIXTURE_RUN = ["--trainer.limit_train_batches", "2"]
+
+
+DUPLICATE_OPTION = """\
+model:
+  init_args:
+    lr: 0.1
+    alpha: 0.2
+    lr: 0.01
+"""
+
+DUPLICATE_AXIS = """\
+name: duplicates
+base: [{quickstart}]
+axes:
+  noise:
+    sym-0.2: {{data.noise_type: symmetric, data.noise_rate: 0.2}}
+    pair-0.2: {{data.noise_type: pair, data.noise_rate: 0.2}}
+    sym-0.2: {{data.noise_type: symmetric, data.noise_rate: 0.4}}
+"""
 
 
 class RunsCode:
@@ -111,6 +131,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
         (root / "damaged_runs" / name / "results.json").write_text(text)
     (root / "a_file").write_text("a file, not a folder\n")
     (root / "one_class.csv").write_text("0\n" * 1438)  # every digit labelled 0
+    planted = make_cifar(root / "planted_cifar", n_train=50, n_test=10)
+    with open(planted / "cifar-10-batches-py" / "data_batch_1", "wb") as fh:
+        pickle.dump({"data": [], "labels": [], "x": RunsCode(marker)}, fh, protocol=2)
+    (root / "duplicate_option.yaml").write_text(DUPLICATE_OPTION)
+    (root / "composes_duplicate.yaml").write_text("compose: [duplicate_option.yaml]\n")
+    (root / "duplicate_axis.yaml").write_text(DUPLICATE_AXIS.format(quickstart=QUICKSTART))
     np.savetxt(root / "T_rank_one.csv", np.full((10, 10), 0.1), delimiter=",")
     (root / "hpc_root").mkdir()  # a planted Lightning SLURM checkpoint that runs code
     torch.save({"state_dict": {}, "payload": RunsCode(marker)}, root / "hpc_root/hpc_ckpt_1.ckpt")
@@ -294,6 +320,18 @@ CASES: list[tuple[str, Case, int]] = [
     ("second-run-in-a-run-folder", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
      "--trainer.logger", "false", "--trainer.default_root_dir", str(f.root / "flat_run")],
      "already holds a run"), 2),
+    # ---- data files are never executed; a YAML file says each thing once
+    ("cifar-batch-runs-code", lambda f: (["--config", CIFAR10_CE, "--data.data_dir",
+     str(f.root / "planted_cifar")], "data_batch_1 is not a CIFAR batch: it holds the Python "
+     "global posix.system"), 2),
+    ("config-duplicate-key", lambda f: (["--config", QUICKSTART, "--config",
+     str(f.root / "duplicate_option.yaml")], "duplicate_option.yaml sets 'lr' twice in one "
+     "mapping (lines 3 and 5)"), 2),
+    ("composed-config-duplicate-key", lambda f: (["--config",
+     str(f.root / "composes_duplicate.yaml")], "duplicate_option.yaml sets 'lr' twice"), 2),
+    ("sweep-duplicate-axis-value", lambda f: (["sweep", str(f.root / "duplicate_axis.yaml"),
+     "--dry-run", "--root", str(f.root / "sweep_runs")], "sweep file "
+     f"{f.root / 'duplicate_axis.yaml'} sets 'sym-0.2' twice in one mapping (lines 5 and 7)"), 2),
     # ---- the other subcommands
     ("report-damaged-results-strict", lambda f: (["report", str(f.root / "report_runs"),
      "--strict"], "cut/results.json is not valid JSON"), 2),
