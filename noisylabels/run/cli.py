@@ -169,9 +169,15 @@ class NoisyLabelsCLI(LightningCLI):
         trainer = config.get("trainer") or {}
         root = Path(trainer.get("default_root_dir") or default_root_dir(config))
         self._candidates = resume.candidates(value, root, trainer.get("logger"))
-        if subcommand != "fit":
-            self._checkpoint = resume.load(*self._candidates[0])
-            config.ckpt_path = str(self._checkpoint.path)
+        if subcommand != "fit":  # the checkpoint a finished run's fit reported, by default
+            path, origin = self._candidates[0]
+            chosen = resume.reported(path, origin)
+            self._checkpoint = resume.load(chosen, origin)
+            config.ckpt_path = str(chosen)
+            what = "the selected checkpoint its fit reported" if chosen != path else "its state"
+            rank_zero_only(print)(
+                f"noisylabels {subcommand}: {chosen} ({what})", file=sys.stderr, flush=True
+            )
 
     def before_instantiate_classes(self) -> None:
         """Resolve ``--trainer.precision`` left unset (null): ``bf16-mixed`` where the run
@@ -185,6 +191,8 @@ class NoisyLabelsCLI(LightningCLI):
             trainer["precision"] = auto_precision(trainer.get("accelerator"))
         if trainer is not None and not trainer.get("default_root_dir"):
             trainer["default_root_dir"] = str(default_root_dir(config))
+        if self.subcommand != "fit" and trainer is not None and trainer.get("logger") is None:
+            trainer["logger"] = False  # an evaluation starts no run folder of its own
         if self.subcommand == "fit" and trainer is not None:
             check_run_length(trainer)
             problem = folder_problem(Path(trainer["default_root_dir"]))

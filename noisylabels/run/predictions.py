@@ -1,10 +1,10 @@
 """``predictions.csv``: what ``noisylabels predict`` writes to the run folder.
 
 One row per sample of the prediction set (the clean test set), ordered by its index:
-``index``, ``label`` (the clean label; ``-1`` where unknown), ``noisy_label`` (the label the
-sample carries in the data module: the same as ``label`` on the uncorrupted test set),
-``predicted`` (the class of highest probability) and ``p_0`` … ``p_{C-1}``, the model's clean
-class posterior ``p = softmax(z)``.
+``index``, ``label`` (its clean label; ``-1`` where unknown), ``predicted`` (the class of highest
+probability) and ``p_0`` … ``p_{C-1}``, the model's clean class posterior ``p = softmax(z)``. The
+test set is never corrupted, so it has no noisy label (the training labels' are in the run's
+``noise.pt``, and ``noisylabels audit`` ranks them).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class PredictionWriter(Callback):
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._batches: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+        self._batches: list[tuple[Tensor, Tensor, Tensor]] = []
 
     def on_predict_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._batches = []
@@ -47,47 +47,37 @@ class PredictionWriter(Callback):
     ) -> None:
         if not isinstance(batch, dict) or not isinstance(outputs, Tensor):
             return
-        noisy = batch["label"]
-        clean = batch.get("clean_label", noisy)
-        self._batches.append((batch["index"], clean, noisy, outputs.detach().float()))
+        clean = batch.get("clean_label", batch["label"])
+        self._batches.append((batch["index"], clean, outputs.detach().float()))
 
     def on_predict_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._batches:
             return
-        index, clean, noisy, probs = (
-            torch.cat(parts) for parts in zip(*self._batches, strict=True)
-        )
+        index, clean, probs = (torch.cat(parts) for parts in zip(*self._batches, strict=True))
         self._batches = []
         if trainer.world_size > 1:
-            gathered = [trainer.strategy.all_gather(t) for t in (index, clean, noisy, probs)]
-            index, clean, noisy, probs = (t.flatten(0, 1) for t in gathered)
+            gathered = [trainer.strategy.all_gather(t) for t in (index, clean, probs)]
+            index, clean, probs = (t.flatten(0, 1) for t in gathered)
         if trainer.is_global_zero:
-            write_predictions(self.path, index, clean, noisy, probs)
+            write_predictions(self.path, index, clean, probs)
 
 
-def write_predictions(
-    path: Path, index: Tensor, clean: Tensor, noisy: Tensor, probs: Tensor
-) -> None:
+def write_predictions(path: Path, index: Tensor, clean: Tensor, probs: Tensor) -> None:
     """Write the rows of ``predictions.csv`` (see the module docstring), once per index, in
     index order; the file is replaced atomically (:func:`~noisylabels.run.storage.replacing`)."""
-    index, clean, noisy, probs = (t.cpu() for t in (index, clean, noisy, probs))
+    index, clean, probs = (t.cpu() for t in (index, clean, probs))
     order = torch.argsort(index, stable=True)
-    index, clean, noisy, probs = index[order], clean[order], noisy[order], probs[order]
+    index, clean, probs = index[order], clean[order], probs[order]
     keep = torch.ones(len(index), dtype=torch.bool)
     keep[1:] = index[1:] != index[:-1]
-    index, clean, noisy, probs = index[keep], clean[keep], noisy[keep], probs[keep]
+    index, clean, probs = index[keep], clean[keep], probs[keep]
     predicted = probs.argmax(1)
-    header = ["index", "label", "noisy_label", "predicted"]
+    header = ["index", "label", "predicted"]
     header += [f"p_{c}" for c in range(probs.shape[1])]
     with replacing(path) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(header)
-        for i, y, y_noisy, k, p in zip(
-            index.tolist(),
-            clean.tolist(),
-            noisy.tolist(),
-            predicted.tolist(),
-            probs.tolist(),
-            strict=True,
+        for i, y, k, p in zip(
+            index.tolist(), clean.tolist(), predicted.tolist(), probs.tolist(), strict=True
         ):
-            writer.writerow([i, y, y_noisy, k, *(f"{v:.6g}" for v in p)])
+            writer.writerow([i, y, k, *(f"{v:.6g}" for v in p)])

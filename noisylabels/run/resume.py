@@ -184,6 +184,25 @@ def read(path: Path) -> dict[str, Any]:
     return content
 
 
+def reported(path: Path, origin: Path | None) -> Path:
+    """The checkpoint a finished run's fit reported (``results.json``'s ``checkpoint``, the
+    selected one), where ``path`` is that run's ``last.ckpt`` and the file is there (looked up
+    by name in the run's ``checkpoints/`` where the folder was moved); else ``path``."""
+    if origin is None or path.name != CHECKPOINT_FILE:
+        return path
+    try:
+        results = json.loads((origin / RESULTS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return path
+    selected = results.get("checkpoint") if isinstance(results, dict) else None
+    if not isinstance(selected, str) or not selected:
+        return path
+    for candidate in (Path(selected), origin / "checkpoints" / Path(selected).name):
+        if candidate.is_file():
+            return candidate
+    return path
+
+
 def run_state(content: Mapping[str, Any]) -> dict[str, Any]:
     """The run record's state in a checkpoint's content (empty where it has none)."""
     states = content.get("callbacks") or {}

@@ -86,24 +86,35 @@ def test_composed_runs_get_a_folder_named_after_data_and_method(tmp_path, monkey
         assert default_root_dir(config) == Path("runs") / name
 
 
-def test_predict_writes_predictions_to_the_run_folder(run_cli, tmp_path: Path, capsys) -> None:
-    run_cli("fit", "--config", QUICKSTART, "--trainer.max_epochs", "1", "--test_after_fit", "false")
+def test_test_and_predict_use_the_checkpoint_fit_reported(run_cli, tmp_path: Path, capsys) -> None:
+    """`test` and `predict --ckpt_path RUN` evaluate the checkpoint fit selected and reported
+    (results.json's), say which, write predictions.csv to the run folder and start no run
+    folder of their own."""
+    run_cli("fit", "--config", QUICKSTART, "--trainer.max_epochs", "3")
     folder = next(tmp_path.rglob("last.ckpt")).parent.parent
-    cli = run_cli("predict", "--config", QUICKSTART, "--ckpt_path", str(folder))
+    fitted = json.loads((folder / "results.json").read_text())
+    capsys.readouterr()
+    tested = run_cli("test", "--config", QUICKSTART, "--ckpt_path", str(folder))
+    notice = capsys.readouterr().err
+    assert f"{fitted['checkpoint']} (the selected checkpoint its fit reported)" in notice
+    assert tested.trainer.callback_metrics["test/acc"] == pytest.approx(fitted["test_acc"])
+    cli = run_cli("predict", "--config", QUICKSTART, "--ckpt_path", "last")
     path = folder / "predictions.csv"
     assert f"predictions: {path}" in capsys.readouterr().out
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["version_0"]
     with path.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     classes = cli.datamodule.num_classes
-    header = ["index", "label", "noisy_label", "predicted", *(f"p_{c}" for c in range(classes))]
-    assert list(rows[0]) == header
+    assert list(rows[0]) == ["index", "label", "predicted", *(f"p_{c}" for c in range(classes))]
     test_labels = cli.datamodule.data.test_labels
     assert [int(r["index"]) for r in rows] == list(range(len(test_labels)))
     assert [int(r["label"]) for r in rows] == test_labels.tolist()
-    assert all(r["noisy_label"] == r["label"] for r in rows)  # the test set is not corrupted
     probs = torch.tensor([[float(r[f"p_{c}"]) for c in range(classes)] for r in rows])
     assert torch.allclose(probs.sum(1), torch.ones(len(rows)), atol=1e-4)
-    assert [int(r["predicted"]) for r in rows] == probs.argmax(1).tolist()
+    predicted = [int(r["predicted"]) for r in rows]
+    assert predicted == probs.argmax(1).tolist()
+    accuracy = sum(p == y for p, y in zip(predicted, test_labels.tolist(), strict=True))
+    assert accuracy / len(rows) == pytest.approx(fitted["test_acc"], abs=1e-6)
 
 
 CONSTRUCTORS = '''
