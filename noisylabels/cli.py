@@ -237,8 +237,8 @@ def _main(args: list[str] | None, debug: bool, sigterm: type[BaseException]) -> 
     """Run the command; its exit status. User errors print their paragraph here."""
     try:
         result = run(args)
-    except sigterm:
-        return SIGTERM_EXIT
+    except sigterm as err:  # a run stopped by a signal: the status a shell reports for it
+        return int(getattr(err, "exit_code", SIGTERM_EXIT))
     except Exception as err:
         found = user_error(err)
         if found is None or debug:

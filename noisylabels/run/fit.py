@@ -239,6 +239,11 @@ def fit_and_test(
             except (Exception, SIGTERMException, KeyboardInterrupt) as err:
                 recorder.record_failure(trainer, err)  # a stop or failure between the calls
                 raise
+        except SIGTERMException as err:
+            stop = signals.stopped_by(err)
+            if stop is err:
+                raise
+            raise stop from err
         except OSError as err:
             found = storage_error(err)
             if found is None or found is err:

@@ -363,7 +363,8 @@ class RunRecorder(Checkpoint):
                 if self.fit_done
                 else f"in epoch {trainer.current_epoch}"
             )
-            note = f"Stopped by {what} {where}; no results.json was written."
+            by = "on request (SIGINT, Ctrl-C)" if what.startswith("SIGINT") else f"by {what}"
+            note = f"Stopped {by} {where}; no results.json was written."
             if signals is not None and signals.requeue_note:
                 note += f" {signals.requeue_note[0].upper()}{signals.requeue_note[1:]}."
             note += f" {how}."

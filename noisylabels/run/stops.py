@@ -11,6 +11,8 @@ so the continued run ends with the results of an uninterrupted one.
 * **SIGTERM** (``kill``, a scheduler's stop or preemption) ends the run at the next safe point:
   after the current batch while Lightning trains or tests, at once between those phases. The run
   folder gets ``unfinished.txt`` and the command exits with status 143.
+* **SIGINT** (Ctrl-C) is a stop on request, the same way: one line saying so and how to
+  continue, ``unfinished.txt``, exit status 130 (never requeued on SLURM).
 * **Under SLURM** (a batch job, :meth:`SlurmJob.detect`) the run also asks SLURM to requeue its
   job (``scontrol requeue JOB``): on **SIGUSR1**, which ``#SBATCH --signal=SIGUSR1@90`` sends
   before the time limit (the run then stops as on SIGTERM), and on **SIGTERM** (preemption),
@@ -40,8 +42,19 @@ SCONTROL_TIMEOUT_S = 30
 HPC_CHECKPOINTS = "hpc_ckpt_*.ckpt"
 SIGNAL_TEXT = {
     signal.SIGTERM: "SIGTERM",
+    signal.SIGINT: "SIGINT (Ctrl-C)",
     signal.SIGUSR1: "SIGUSR1 (SLURM's notice that the job's time limit is near)",
 }
+
+
+class StopRequested(SIGTERMException):
+    """A run stopped by a signal (see the module docstring): ``exit_code`` is the status a
+    shell reports for a process the signal ended (143 for SIGTERM, 130 for Ctrl-C)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(SIGNAL_TEXT.get(signum, f"signal {signum}"))
+        self.signum = signum
+        self.exit_code = 128 + int(signum)
 
 
 class SlurmJob:
@@ -111,7 +124,8 @@ class StopSignals:
         environment = _cluster_environment(self.trainer)
         if self.slurm is not None and isinstance(environment, SLURMEnvironment):
             environment.auto_requeue = False  # no hpc_ckpt: last.ckpt is the one story
-        signals = [signal.SIGTERM] + ([signal.SIGUSR1] if self.slurm is not None else [])
+        signals = [signal.SIGTERM, signal.SIGINT]
+        signals += [signal.SIGUSR1] if self.slurm is not None else []
         for signum in signals:
             self._previous[signum] = signal.signal(signum, self._handler)
         return self
@@ -125,7 +139,13 @@ class StopSignals:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
             self.signum = signum  # what stopped the run: the first signal
-        if self.slurm is not None and self.slurm.first and self.requeue_note is None:
+        requested = signum == signal.SIGINT  # the user's own stop: no requeue
+        if (
+            self.slurm is not None
+            and self.slurm.first
+            and self.requeue_note is None
+            and not requested
+        ):
             if signum == signal.SIGUSR1 or not self.slurm.cancelled():
                 self.requeue_note = "requeuing"  # a signal while scontrol runs: ask once
                 self.requeue_note = self.slurm.requeue()
@@ -150,8 +170,18 @@ class StopSignals:
             raise SIGTERMException()
 
     def what(self) -> str:
-        """``"SIGTERM"``, or the SIGUSR1 notice: the signal that stopped the run."""
+        """``"SIGTERM"``, ``"SIGINT (Ctrl-C)"`` or the SIGUSR1 notice: the signal that stopped
+        the run."""
         return SIGNAL_TEXT.get(self.signum, "SIGTERM") if self.signum is not None else "SIGTERM"
+
+    def stopped_by(self, err: BaseException) -> BaseException:
+        """``err``, a stop of the run, as :class:`StopRequested` naming the signal that
+        stopped it (Lightning's loops raise their own exception for any of them)."""
+        if isinstance(err, StopRequested) or self.signum is None:
+            return err
+        stop = StopRequested(self.signum)
+        stop.__cause__ = err
+        return stop
 
 
 def refuse_hpc_checkpoints(trainer: L.Trainer, ckpt_path: Any) -> None:

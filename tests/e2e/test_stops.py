@@ -81,6 +81,25 @@ def test_sigterm_in_the_final_tests_marks_the_folder_and_resumes(
     assert not unfinished.exists()
 
 
+def test_ctrl_c_is_a_stop_on_request_that_resumes(run_cli, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) in the middle of an epoch stops the run as asked, not as a crash: one
+    line saying so and how to continue, exit status 130, unfinished.txt; it resumes."""
+    root = tmp_path / "run"
+    stopped = fit_process(
+        root, "--trainer.callbacks+=interrupt.InterruptAt", "--trainer.callbacks.epoch", "1",
+        "--trainer.callbacks.batch", "2", "--trainer.callbacks.sig", str(int(signal.SIGINT)),
+    )  # fmt: skip
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr and "KeyboardInterrupt" not in stopped.stderr
+    [note] = notes(stopped)
+    assert "Stopped on request (SIGINT, Ctrl-C) in epoch 1" in note
+    assert "--ckpt_path last" in note
+    unfinished = next(root.rglob("unfinished.txt")).read_text()
+    assert "Stopped on request (SIGINT, Ctrl-C)" in unfinished
+    run_cli("fit", *QUICK, "--ckpt_path", "last", root=root)
+    assert read_results(root)["resumed"][0]["epochs_done"] == 1
+
+
 def test_a_full_disk_stops_the_run_with_one_paragraph_and_nothing_half_written(
     tmp_path: Path,
 ) -> None:
