@@ -16,6 +16,7 @@ or ``--kind bias``).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,6 @@ from noisylabels.report.writing import out_error
 
 def build_parser() -> Any:
     """Arguments of ``noisylabels report``."""
-    import argparse
-
     p = argparse.ArgumentParser(
         prog="noisylabels report",
         description="Tables of test accuracy (mean ± std over seeds) from the results.json files "
@@ -61,12 +60,12 @@ def build_parser() -> Any:
     )
     p.add_argument(
         "--metric",
-        choices=tuple(METRICS),
-        default="best",
+        type=metric_list,
+        default=["best"],
         help="best: the selected checkpoint's test accuracy; last: the last epoch's; tail: the "
-        "mean of every network over the last epochs (runs with --tail_test_epochs); a run "
-        "whose value is not a finite accuracy in [0, 1] (NaN, 87.0, a string) is left out and "
-        "listed",
+        "mean of every network over the last epochs (runs with --tail_test_epochs); several, "
+        "comma-separated (best,last), side by side in one table. A run whose value is not a "
+        "finite accuracy in [0, 1] (NaN, 87.0, a string) is left out and listed",
     )
     p.add_argument("--paired", action="store_true", help="add VRNL − base per seed, CI, p-value")
     p.add_argument("--paper", action="store_true", help="the paper's published numbers beside ours")
@@ -96,6 +95,24 @@ def build_parser() -> Any:
     )
     p.add_argument("--title", help="table or figure title (default: RUNS_DIR and the metric)")
     return p
+
+
+METRIC_NAMES = {
+    "best": "selected checkpoint",
+    "last": "last epoch",
+    "tail": "mean over the last epochs and networks",
+}
+
+
+def metric_list(value: str) -> list[str]:
+    """``--metric best,last``: the metrics, each one of :data:`METRICS`, none twice."""
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    wrong = [n for n in names if n not in METRICS]
+    if not names or wrong or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give one or more of {', '.join(METRICS)}, comma-separated, each once"
+        )
+    return names
 
 
 def write_out(path: Path, text: str) -> None:
@@ -153,21 +170,24 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
 
     records = gather(args, [] if skipped is None else skipped)
     admit = Admit(unhealthy=args.include_unhealthy, short=args.include_short)
-    metric_name = {
-        "best": "selected checkpoint",
-        "last": "last epoch",
-        "tail": "mean over the last epochs and networks",
-    }[args.metric]
+    metrics = list(args.metric)
+    metric_name = " and ".join(METRIC_NAMES[m] for m in metrics)
     where = ", ".join(str(folder) for folder in args.runs_dirs)
     title = args.title or f"{where}: test accuracy of the {metric_name}"
+    if len(metrics) > 1 and (args.kind == "bias" or args.format == "csv"):
+        raise InputError(
+            f"--metric {','.join(metrics)}: several metrics make one Markdown or LaTeX table; "
+            "--kind bias and --format csv take one metric at a time"
+        )
     if args.kind == "bias":
         if args.out is None or args.out.suffix.lower() != ".png":
             raise InputError("--kind bias draws a PNG: give --out FILE.png")
-        screened = screen(records, args.metric, admit, eps_t=True)
+        metric = metrics[0]
+        screened = screen(records, metric, admit, eps_t=True)
         if not screened.used:
             raise nothing_left(screened, where, "the figure")
         try:
-            path = render.bias_figure(records, args.metric, args.out, title, admit)
+            path = render.bias_figure(records, metric, args.out, title, admit)
         except OSError as err:
             raise out_error(args.out, err) from None
         print(render.problems_section(screened, "the figure"), end="", file=sys.stderr)
@@ -178,21 +198,29 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
         raise InputError("--rows needs a field, and no field may be in both --rows and --cols")
     if args.paired and "method" not in rows:
         raise InputError("--paired pairs the rows X-VRNL and X: put method among --rows")
-    grouped = group(records, rows, cols, args.metric, admit)
-    if not grouped.row_keys:
+    groups = [group(records, rows, cols, m, admit) for m in metrics]
+    grouped = groups[0]
+    if not any(g.row_keys for g in groups):
         raise nothing_left(grouped.screened, where, f"the table of the {metric_name}")
     paper = load_paper() if args.paper else None
     if args.format == "csv":
         parts = [render.to_csv(grouped, args.paired, paper)]
     else:
         emit = render.to_markdown if args.format == "markdown" else render.to_latex
-        tables = [render.main_table(grouped, paper, title)]
+        if len(groups) == 1:
+            tables = [render.main_table(grouped, paper, title)]
+        else:
+            names = [METRIC_NAMES[m] for m in metrics]
+            tables = [render.side_by_side(groups, names, paper, title)]
         if args.paired:
-            tables.append(render.paired_table(grouped, paper, f"VRNL − base, {metric_name}"))
+            tables += [
+                render.paired_table(g, paper, f"VRNL − base, {METRIC_NAMES[m]}")
+                for g, m in zip(groups, metrics, strict=True)
+            ]
         parts = [emit(t) for t in tables]
         if paper is not None:
             parts.append(f"(paper: {PAPER_FILE.name}, the VRNL paper's Tables 1 and 2)\n")
-    left_out = render.problems_section(grouped.screened)
+    left_out = "".join(dict.fromkeys(render.problems_section(g.screened) for g in groups))
     if left_out and args.format == "markdown":
         parts.append(left_out)
     elif left_out and args.format == "latex":  # comments: the .tex still compiles

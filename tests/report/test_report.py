@@ -271,3 +271,31 @@ def test_report_out_that_cannot_be_written_is_one_message(tmp_path: Path, capsys
         assert "Traceback" not in err
         if out.parent.name == "a_file":
             assert f"{out.parent} is a file, not a folder" in err
+
+
+def test_several_metrics_side_by_side(tmp_path: Path, capsys) -> None:
+    """--metric best,last: each column once per metric in one table, the best of each bold;
+    a metric given twice or unknown is refused, and so is CSV with several."""
+    from noisylabels.report.cli import main
+
+    for method, alpha, best, last in (
+        ("Forward", 0.0, 0.94, 0.90),
+        ("Forward-VRNL", 0.1, 0.93, 0.92),
+    ):
+        folder = tmp_path / method
+        folder.mkdir()
+        results = {"method": method, "alpha": alpha, "dataset": "digits", "seed": 0,
+                   "noise": {"type": "symmetric", "rate_nominal": 0.4}, "test_acc": best,
+                   "test_acc_last": last}  # fmt: skip
+        (folder / "results.json").write_text(json.dumps(results))
+    text = main([str(tmp_path), "--metric", "best,last"])
+    header = "| method | digits Sym-40% (selected checkpoint) | digits Sym-40% (last epoch) |"
+    assert header in text
+    assert "| Forward | **94.00 (1)** | 90.00 (1) |" in text
+    assert "| Forward-VRNL | 93.00 (1) | **92.00 (1)** |" in text
+    for wrong in ("best,best", "best,first", ""):
+        with pytest.raises(SystemExit):
+            main([str(tmp_path), "--metric", wrong])
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--metric", "best,last", "--format", "csv"])
+    assert "take one metric at a time" in capsys.readouterr().err

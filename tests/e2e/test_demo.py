@@ -1,0 +1,48 @@
+"""`make demo` runs as the Makefile writes it (shortened): the sweep of Forward and Forward-VRNL,
+their accuracies at both checkpoints side by side, and the loss figure."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from conftest import REPO
+
+# what shortens the demo's two runs (appended to the sweep's runs after `--`)
+SHORT = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "2"]
+
+
+def demo_commands() -> list[list[str]]:
+    """The `noisylabels` commands of the Makefile's demo recipe, in order."""
+    text = (REPO / "Makefile").read_text()
+    recipe = re.search(r"^demo:.*?\n((?:\t.*\n)+)", text, flags=re.M)
+    assert recipe, "the Makefile has no demo recipe"
+    commands = []
+    for line in recipe.group(1).splitlines():
+        words = shlex.split(line.strip())
+        if words and words[0].endswith("/noisylabels"):
+            commands.append(words[1:])
+    return commands
+
+
+def test_make_demo_commands_run_and_show_both_checkpoints(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from noisylabels.cli import run
+
+    commands = demo_commands()
+    assert [c[0] for c in commands] == ["sweep", "report", "plot"]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").symlink_to(REPO / "configs")
+    sweep, report, plot = commands
+    run([*sweep, "--", *SHORT])
+    capsys.readouterr()
+    run([*report, "--include-short", "--include-unhealthy"])  # 2 epochs of 2 batches
+    table = capsys.readouterr().out
+    for method in ("Forward", "Forward-VRNL"):
+        assert re.search(rf"^\| {method} \| .+ \(1\)\** \| .+ \(1\)\** \|$", table, flags=re.M), table
+    assert "(selected checkpoint)" in table and "(last epoch)" in table
+    run(plot)
+    figure = Path(plot[plot.index("--out") + 1])
+    assert figure.is_file() and figure.stat().st_size > 10_000
