@@ -41,7 +41,8 @@ def test_make_demo_commands_run_and_show_both_checkpoints(
     run([*report, "--include-short", "--include-unhealthy"])  # 2 epochs of 2 batches
     table = capsys.readouterr().out
     for method in ("Forward", "Forward-VRNL"):
-        assert re.search(rf"^\| {method} \| .+ \(1\)\** \| .+ \(1\)\** \|$", table, flags=re.M), table
+        row = rf"^\| {method} \| .+ \(1\)\** \| .+ \(1\)\** \|$"
+        assert re.search(row, table, flags=re.M), table
     assert "(selected checkpoint)" in table and "(last epoch)" in table
     run(plot)
     figure = Path(plot[plot.index("--out") + 1])
