@@ -17,6 +17,7 @@ What the command line configures that a ``Trainer`` built in Python lacks;
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Mapping
@@ -97,6 +98,10 @@ def plain(value: Any) -> Any:
         return plain(value.value)
     if isinstance(value, torch.Tensor):
         return plain(value.tolist())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return plain(dataclasses.asdict(value))  # an option group (e.g. a method's schedule)
+    if hasattr(value, "as_dict"):  # a jsonargparse namespace
+        return plain(value.as_dict())
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set)):

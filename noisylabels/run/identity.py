@@ -62,11 +62,24 @@ AFTER_SETUP = ("labels.", "inputs.")
 
 
 def _flat(prefix: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {
-        f"{prefix}.{key}": plain(value)
-        for key, value in dict(options or {}).items()
-        if not str(key).startswith("_")
-    }
+    """``options`` as ``{"prefix.name": plain value}``, a nested group's options by their dotted
+    names (``model.schedule.warmup_epochs``); internal ``_...`` keys left out."""
+    out: dict[str, Any] = {}
+    for key, value in plain(dict(options or {})).items():
+        if str(key).startswith("_"):
+            continue
+        name = f"{prefix}.{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flat(name, value))
+        else:
+            out[name] = value
+    return out
+
+
+def resumable(name: str) -> bool:
+    """Whether the option ``name`` (flat) may change on resume: one of :data:`RESUMABLE`, or an
+    option inside one (``trainer.logger.init_args.save_dir``)."""
+    return any(name == r or name.startswith(r + ".") for r in RESUMABLE)
 
 
 def identity(
@@ -92,7 +105,7 @@ def identity(
     out.update(_flat("data", data_hparams))
     out.update(_flat("trainer", trainer_options))
     out.update({key: plain(value) for key, value in dict(run_options or {}).items()})
-    return {key: value for key, value in out.items() if key not in RESUMABLE}
+    return {key: value for key, value in out.items() if not resumable(key)}
 
 
 def of_objects(
@@ -201,7 +214,7 @@ def differences(
     leaves out what is known once the data is set up (the labels' and input files' hashes)."""
     out: dict[str, list[Any]] = {}
     for name in sorted(set(saved) | set(now)):
-        if name in RESUMABLE or (not known_after_setup and name.startswith(AFTER_SETUP)):
+        if resumable(name) or (not known_after_setup and name.startswith(AFTER_SETUP)):
             continue
         both = name in saved and name in now
         if not both and not name.startswith(ALWAYS_COMPARED):
@@ -229,13 +242,13 @@ def resumable_changes(
     return {
         name: [saved[name], now[name]]
         for name in sorted(set(saved) & set(now))
-        if name in RESUMABLE and not _same_value(saved[name], now[name])
+        if resumable(name) and not _same_value(saved[name], now[name])
     }
 
 
 def resumable_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """The :data:`RESUMABLE` options among flat ``options`` (as plain values)."""
-    return {name: plain(value) for name, value in options.items() if name in RESUMABLE}
+    return {name: plain(value) for name, value in options.items() if resumable(name)}
 
 
 def flat_options(
