@@ -76,6 +76,17 @@ def _flat(prefix: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def _flatter(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """``identity`` with any mapping value spread into its dotted options."""
+    out: dict[str, Any] = {}
+    for name, value in identity.items():
+        if isinstance(value, Mapping) and value:
+            out.update(_flat(name, value))
+        else:
+            out[name] = value
+    return out
+
+
 def resumable(name: str) -> bool:
     """Whether the option ``name`` (flat) may change on resume: one of :data:`RESUMABLE`, or an
     option inside one (``trainer.logger.init_args.save_dir``)."""
@@ -212,6 +223,7 @@ def differences(
     """``{name: [checkpoint's value, this run's value]}`` for the identity options that differ
     (see :data:`ALWAYS_COMPARED` for options only one side knows). ``known_after_setup=False``
     leaves out what is known once the data is set up (the labels' and input files' hashes)."""
+    saved, now = _flatter(saved), _flatter(now)  # a group kept as one value: its options
     out: dict[str, list[Any]] = {}
     for name in sorted(set(saved) | set(now)):
         if resumable(name) or (not known_after_setup and name.startswith(AFTER_SETUP)):
