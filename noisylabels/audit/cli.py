@@ -16,11 +16,13 @@ precision and recall of the flagged set and the AUROC of the score against the f
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from noisylabels.audit.issues import DEFAULT_FOLDS, DEFAULT_TOP, LabelIssues, audit, fit_and_audit
-from noisylabels.audit.scores import DEFAULT_SCORE, SCORES
+from noisylabels.audit.choices import DEFAULT_FOLDS, DEFAULT_SCORE, DEFAULT_TOP, SCORES
 from noisylabels.errors import InputError
+
+if TYPE_CHECKING:
+    from noisylabels.audit.issues import LabelIssues
 
 
 class Parser(argparse.ArgumentParser):
@@ -145,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     top = _whole(args.top, "--top", 1)
     folds = _whole(args.folds, "--folds", 2)
+    # start-up time: the audit loads torch and Lightning; --help and a refused option do not
+    from noisylabels.audit.issues import audit, fit_and_audit
+
     options = {
         "score": args.score,
         "top": top,

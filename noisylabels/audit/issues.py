@@ -27,13 +27,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from noisylabels.audit.choices import (
+    CSV_FILE,
+    DEFAULT_FOLDS,
+    DEFAULT_SCORE,
+    DEFAULT_TOP,
+    DYNAMICS_SCORES,
+    GRID_FILE,
+    SCORES,
+)
 from noisylabels.audit.crossval import OutOfSample, check_folds, cross_validate
 from noisylabels.audit.gallery import draw_grid
 from noisylabels.audit.run_folder import RunFolder, data_class, data_module, load_pt, read_run
 from noisylabels.audit.scores import (
-    DEFAULT_SCORE,
-    DYNAMICS_SCORES,
-    SCORES,
     Scored,
     dynamics_scores,
     flag_top,
@@ -47,11 +53,6 @@ from noisylabels.errors import InputError, StorageError
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.cli import lightning_command
 from noisylabels.run.storage import STORAGE_ERRNOS, free_space, replacing, save_torch
-
-CSV_FILE = "label_issues.csv"
-GRID_FILE = "label_issues.png"
-DEFAULT_TOP = 24
-DEFAULT_FOLDS = 5
 
 
 @dataclass

@@ -24,9 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noisylabels.callbacks.subset_stats import CSV_FILE
 from noisylabels.report.writing import out_error
 
+# the statistics file of a run folder, as SubsetStatistics names it
+# (noisylabels.callbacks.subset_stats.CSV_FILE); named here, as report names the files it reads,
+# so that plotting loads neither torch nor Lightning
+CSV_FILE = "subsets.csv"
 KINDS = ("loss", "posteriors")
 SUFFIXES = (".png", ".pdf", ".svg")
 MARKER = "subsets/loss_mean/correct"  # a tag every run with the callback has
