@@ -34,6 +34,7 @@ from noisylabels.run.artifacts import run_dir
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
 from noisylabels.run.compose import ComposedConfigFile, default_root_dir, planned_epochs
 from noisylabels.run.defaults import class_path
+from noisylabels.run.devices import device_error
 from noisylabels.run.fit import fit_and_test
 from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
 from noisylabels.run.rules import check_run_length, folder_problem
@@ -347,7 +348,7 @@ def lightning_command(args: list[str] | None = None) -> NoisyLabelsCLI:
     except ArgumentError as err:
         raise option_error(err) from err
     except Exception as err:
-        found = user_error(err) or constructor_error(err)
+        found = user_error(err) or constructor_error(err) or device_error(err)
         if found is None or found is err:
             raise
         raise found from err  # the user error jsonargparse wrapped into its own
