@@ -8,7 +8,8 @@ Examples::
     noisylabels audit --config configs/quickstart.yaml -- --data.noise_rate 0.2   # fit first
 
 Writes ``label_issues.csv`` (every audited label, most suspect first) and ``label_issues.png``
-(the ``--top`` most suspect images, given vs predicted label) in the run folder, and prints the
+(the ``--top`` most suspect images, given vs predicted label) in the run folder (with
+``--classes``: ``label_issues_<classes>.csv``/``.png``, leaving the full ranking), and prints the
 top of the ranking; where the true labels are known (synthetic noise, a label file) also the
 precision and recall of the flagged set and the AUROC of the score against the flipped labels.
 """
@@ -66,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--classes",
         metavar="A,B",
-        help="audit only the labels given these classes (comma-separated names or numbers)",
+        help="audit only the labels given these classes (comma-separated names or numbers); "
+        "writes label_issues_<classes>.csv/.png, leaving the full label_issues.csv",
     )
     p.add_argument(
         "--folds",

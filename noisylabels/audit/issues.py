@@ -35,6 +35,7 @@ from noisylabels.audit.choices import (
     DYNAMICS_SCORES,
     GRID_FILE,
     SCORES,
+    issue_files,
 )
 from noisylabels.audit.crossval import OutOfSample, check_folds, cross_validate
 from noisylabels.audit.gallery import draw_grid
@@ -123,7 +124,9 @@ def audit(
     folder.
 
     Args:
-        classes: audit only the labels given these classes (names or numbers).
+        classes: audit only the labels given these classes (names or numbers); the files are
+            then ``label_issues_<classes>.csv``/``.png`` (e.g. ``label_issues_cat+emu.csv``),
+            and the ranking of every class, ``label_issues.csv``, is left as it is.
         folds: K of the cross-validation behind ``score="posterior"``.
         data_dir: where the run's dataset is now (default: its config's ``data_dir``); the
             images of the grid and the files of an image folder are read from there.
@@ -153,7 +156,9 @@ def audit(
     if true is not None:
         known = keep & (true >= 0)
         result_quality = quality(scored.score[known], flagged[known], (true != scored.given)[known])
-    csv_path = folder.path / CSV_FILE
+    kept = None if chosen is None else [names[k] for k in chosen]
+    csv_name, grid_name = issue_files(kept)
+    csv_path = folder.path / csv_name
     with writing_into(folder.path):
         write_csv(rows, csv_path)
     grid_path = None
@@ -163,7 +168,7 @@ def audit(
         captions = [_caption(row) for row in shown]
         title = f"{folder.path}: the {len(shown)} most suspect labels ({score})"
         with writing_into(folder.path):
-            grid_path = draw_grid(images, captions, folder.path / GRID_FILE, title)
+            grid_path = draw_grid(images, captions, folder.path / grid_name, title)
     return LabelIssues(
         run=folder.path,
         score=score,
@@ -172,7 +177,7 @@ def audit(
         grid_path=grid_path,
         quality=result_quality,
         flagged=int(flagged[keep].sum()),
-        classes=None if chosen is None else [names[k] for k in chosen],
+        classes=kept,
     )
 
 
