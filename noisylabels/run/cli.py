@@ -31,6 +31,7 @@ from noisylabels.errors import InputError, option_error, user_error
 from noisylabels.methods import NoisyLabelMethod, describe_methods
 from noisylabels.run import identity, resume
 from noisylabels.run.artifacts import run_dir
+from noisylabels.run.chatter import drop_tips
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
 from noisylabels.run.compose import ComposedConfigFile, default_root_dir, planned_epochs
 from noisylabels.run.defaults import class_path
@@ -343,6 +344,7 @@ def lightning_command(args: list[str] | None = None) -> NoisyLabelsCLI:
     )
     # last.ckpt's writer is a second checkpoint callback; "best" is the first one's, as meant
     warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint`")
+    drop_tips()  # Lightning's advertising for its cloud services, printed by every trainer
     try:
         return make_cli(None if args is None else argv)
     except ArgumentError as err:
