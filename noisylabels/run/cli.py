@@ -31,9 +31,11 @@ from noisylabels.errors import InputError, option_error, user_error
 from noisylabels.methods import NoisyLabelMethod, describe_methods
 from noisylabels.run import identity, resume
 from noisylabels.run.artifacts import run_dir
+from noisylabels.run.chatter import drop_tips
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
 from noisylabels.run.compose import ComposedConfigFile, default_root_dir, planned_epochs
 from noisylabels.run.defaults import class_path
+from noisylabels.run.devices import device_error
 from noisylabels.run.fit import fit_and_test
 from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
 from noisylabels.run.rules import check_run_length, folder_problem
@@ -350,12 +352,13 @@ def lightning_command(args: list[str] | None = None) -> NoisyLabelsCLI:
     )
     # last.ckpt's writer is a second checkpoint callback; "best" is the first one's, as meant
     warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint`")
+    drop_tips()  # Lightning's advertising for its cloud services, printed by every trainer
     try:
         return make_cli(None if args is None else argv)
     except ArgumentError as err:
         raise option_error(err) from err
     except Exception as err:
-        found = user_error(err) or constructor_error(err)
+        found = user_error(err) or constructor_error(err) or device_error(err)
         if found is None or found is err:
             raise
         raise found from err  # the user error jsonargparse wrapped into its own
