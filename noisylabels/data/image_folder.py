@@ -12,7 +12,6 @@ from noisylabels.data.files import key_array
 from noisylabels.data.image_files import ImageFileDataModule
 from noisylabels.data.loaded import LoadedData
 from noisylabels.errors import InputError, MissingFileError
-from noisylabels.noise import check_symmetric_rate
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
@@ -85,8 +84,7 @@ class ImageFolderDataModule(ImageFileDataModule):
         self.use_val_folder = use_val_folder
         self.class_names = self._find_classes()
         self.num_classes = len(self.class_names)
-        if noise_type == "symmetric":
-            check_symmetric_rate(noise_rate, self.num_classes)
+        self.check_noise_options(self.num_classes)
 
     def _find_classes(self) -> list[str]:
         train = self.data_dir / "train"
