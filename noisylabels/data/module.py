@@ -176,7 +176,10 @@ class NoisyDataModule(L.LightningDataModule):
 
     def fetch(self) -> None:
         """Download the dataset into ``data_dir`` (only called with ``download: true``)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot be downloaded automatically")
+        raise InputError(
+            f"{type(self).__name__} cannot be downloaded automatically: put its files under "
+            f"--data.data_dir ({self.data_dir}) and drop --data.download"
+        )
 
     def make_dataset(
         self, images: Any, labels: Tensor, clean_labels: Tensor, indices: Tensor, split: str
