@@ -59,6 +59,7 @@ __all__ = [
     "RateLimit",
     "TransitionBuilder",
     "LabelDraw",
+    "draw_from_transition",
     "noise_kind",
     "build_transition",
     "make_noisy_labels",
@@ -163,7 +164,7 @@ def _semantic(
 
 
 # ------------------------------------------------------------------ label draws
-def _categorical(
+def draw_from_transition(
     clean: Tensor,
     num_classes: int,
     rate_nominal: float,
@@ -364,7 +365,7 @@ NOISE_KINDS: dict[str, NoiseKind] = {
             "each label flips with probability ε to one of the other C−1 classes, uniformly: "
             "T[i, i] = 1−ε, T[i, j] = ε/(C−1) (so a fraction ε of the labels flips)",
             transition=_symmetric,
-            draw=_categorical,
+            draw=draw_from_transition,
             rate_limit=RateLimit("(C-1)/C", symmetric_limit, depends_on_classes=True),
         ),
         NoiseKind(
@@ -372,7 +373,7 @@ NOISE_KINDS: dict[str, NoiseKind] = {
             "pair flips (Han et al. 2018): each class flips with probability ε to the next, "
             "T[i, i] = 1−ε, T[i, (i+1) mod C] = ε",
             transition=_pair,
-            draw=_categorical,
+            draw=draw_from_transition,
             rate_limit=RateLimit(f"{SINGLE_TARGET_LIMIT:g}", lambda c: SINGLE_TARGET_LIMIT),
         ),
         NoiseKind(
@@ -380,7 +381,7 @@ NOISE_KINDS: dict[str, NoiseKind] = {
             "T[i, i] = 1−ε, the other entries of each row drawn U(0.1, 1) from the noise seed "
             "and rescaled to sum to ε (VolMinNet, Li et al. 2021)",
             transition=_asymmetric,
-            draw=_categorical,
+            draw=draw_from_transition,
         ),
         NoiseKind(
             "semantic",
@@ -388,7 +389,7 @@ NOISE_KINDS: dict[str, NoiseKind] = {
             "CIFAR-100 each class to the next of its super-class) flip with probability ε, the "
             "other classes keep their labels (Patrini et al. 2017)",
             transition=_semantic,
-            draw=_categorical,
+            draw=draw_from_transition,
             rate_limit=RateLimit(f"{SINGLE_TARGET_LIMIT:g}", lambda c: SINGLE_TARGET_LIMIT),
             needs_flips=True,
         ),
