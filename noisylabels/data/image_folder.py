@@ -28,7 +28,7 @@ class ImageFolderDataModule(ImageFileDataModule):
         DATA_DIR/val/<class>/...      (optional)
 
     The classes are the sorted folder names under ``train/`` (class ``k`` is the ``k``-th name);
-    images are found recursively inside each class folder. Noise (any synthetic type but
+    images are found recursively inside each class folder. Noise (any generated kind but
     ``semantic``, which needs a dataset's flip map, or a label file in the sorted order of the
     training files) applies to the training labels; the test set (and ``val/``) is clean.
     Images are decoded by workers as for Clothing1M: shorter side resized to ``resize_size``,

@@ -176,6 +176,13 @@ def test_every_kind_is_documented_once() -> None:
     assert help_text in (NoisyDataModule.__doc__ or "")  # --data.noise_type's help
 
 
+def test_docs_list_every_registered_kind() -> None:
+    """docs/data.md holds the table the registry makes; regenerate it with
+    ``python -c 'from noisylabels.noise import noise_kinds_table; print(noise_kinds_table())'``."""
+    docs = (Path(__file__).parents[2] / "docs" / "data.md").read_text(encoding="utf-8")
+    assert noise_kinds_table() in docs
+
+
 def _to_first(num_classes: int, rate_nominal: float, seed: int, flips) -> torch.Tensor:
     """Every label becomes class 0 with probability ε."""
     T = (1 - rate_nominal) * torch.eye(num_classes)
