@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ import yaml
 from noisylabels.callbacks.subset_stats import CSV_FILE, csv_columns
 from noisylabels.report.plot import load_run, read_event_series
 
-from conftest import CONFIGS
+from conftest import CONFIGS, REPO
 
 QUICK = ("--config", str(CONFIGS / "quickstart.yaml"), "--test_after_fit", "false")
 
@@ -158,3 +161,24 @@ def test_event_files_logged_at_step_epoch_still_read(tmp_path: Path) -> None:
         writer.add_scalar("subsets/loss_mean/correct", value, global_step=epoch)
     writer.close()
     assert read_event_series(tmp_path)["subsets/loss_mean/correct"] == ([1, 2], [2.0, 1.5])
+
+
+@pytest.mark.slow
+def test_two_processes_log_the_statistics_of_all_samples(tmp_path: Path) -> None:
+    """DDP over two CPU processes with the CSV logger: metrics.csv holds, per epoch, the
+    statistics of subsets.csv, which count every training sample once (both processes')."""
+    args = [
+        sys.executable, "-m", "noisylabels.cli", "fit", *QUICK,
+        "--config", str(CONFIGS / "trainer" / "ddp_cpu.yaml"), "--trainer.max_epochs", "2",
+        "--trainer.logger", "CSVLogger", "--trainer.default_root_dir", str(tmp_path),
+        "--trainer.enable_progress_bar", "false",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (folder,) = (tmp_path / "lightning_logs").iterdir()
+    logged = _subsets_by_epoch(_rows(folder / "metrics.csv"))
+    assert sorted(logged) == [0, 1]
+    _assert_same(_subsets_by_epoch(_rows(folder / CSV_FILE)), logged)
+    counted = logged[1]["subsets/count/mislabeled"] + logged[1]["subsets/count/correct"]
+    assert counted == 1295  # the digits' training split, not one process's half
