@@ -146,16 +146,26 @@ def read_csv_series(path: Path) -> dict[str, tuple[list[int], list[float]]]:
 
 def read_event_series(folder: Path) -> dict[str, tuple[list[int], list[float]]]:
     """The ``subsets/*`` scalars of the event files in ``folder``, as :func:`read_csv_series`
-    returns them (a step logged twice keeps its last value)."""
+    returns them (a step logged twice keeps its last value). Their epochs are those Lightning
+    logged as ``epoch`` at the same steps; runs that logged them at step = epoch (older ones)
+    are read as such."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
     acc.Reload()
+    tags = acc.Tags()["scalars"]
+    epoch_at = {e.step: int(e.value) for e in acc.Scalars("epoch")} if "epoch" in tags else {}
+    marked = sorted({e.step for e in acc.Scalars(MARKER)}) if MARKER in tags else []
+    epochs = [epoch_at.get(s) for s in marked]
+    by_epoch = bool(epochs) and None not in epochs
+    by_epoch = by_epoch and all(a < b for a, b in zip(epochs[:-1], epochs[1:], strict=True))
     series = {}
-    for name in acc.Tags()["scalars"]:
+    for name in tags:
         if not name.startswith("subsets/"):
             continue
         by_step = {e.step: e.value for e in acc.Scalars(name)}
+        if by_epoch:
+            by_step = {epoch_at[s]: v for s, v in sorted(by_step.items()) if s in epoch_at}
         steps = sorted(by_step)
         series[name] = ([s + 1 for s in steps], [by_step[s] for s in steps])
     return series

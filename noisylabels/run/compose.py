@@ -23,6 +23,8 @@ where no preset names the folder) goes to ``runs/<dataset>_<method>``
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
 import os
 import re
@@ -84,12 +86,18 @@ def _lines(lines: tuple[int, int]) -> str:
     )
 
 
+@functools.lru_cache(maxsize=512)
+def _parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=UniqueKeyLoader)
+
+
 def read_yaml(path: Path, what: str = "config file") -> Any:
     """The content of the YAML file ``path``; :class:`InputError` naming it (as ``what``) and
     the line where it is not valid YAML, or the key and both lines where a mapping holds a key
-    twice."""
+    twice. The file is read each time; a text already parsed in this process is not parsed
+    again (a sweep reads the same few config files for each of its hundreds of runs)."""
     try:
-        return yaml.load(Path(path).read_text(), Loader=UniqueKeyLoader)
+        return copy.deepcopy(_parse_yaml(Path(path).read_text()))
     except _DuplicateKey as err:
         raise InputError(
             f"{what} {path} sets {err.key!r} twice in one mapping ({_lines(err.lines)}); "
