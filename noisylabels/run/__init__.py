@@ -14,8 +14,9 @@ SLURM :mod:`~noisylabels.run.stops`; atomic writes and a full disk
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from noisylabels.lazy import exports
 
 if TYPE_CHECKING:
     from noisylabels.run.artifacts import run_dir
@@ -48,14 +49,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)  # start-up time: see EXPORTS
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *EXPORTS})
+__getattr__, __dir__ = exports(__name__, EXPORTS)
