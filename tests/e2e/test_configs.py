@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+import resolved
 from conftest import CONFIGS, REPO
 
 PRESETS = sorted(p for p in CONFIGS.glob("*.yaml") if p.stem != "quickstart")
@@ -85,6 +86,51 @@ def test_compose_errors_name_the_files(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text("compose: [missing.yaml]\n")
     with pytest.raises(MissingFileError, match="missing.yaml"):
         run(["fit", "--config", str(tmp_path / "c.yaml"), "--print_config"])
+
+
+# ---------------------------------------------------------------- the same runs as recorded
+def changes(before: dict[str, Any], now: dict[str, Any]) -> dict[str, list[Any]]:
+    """``{name: [recorded, now]}`` for the values of a run that differ, by the names of before
+    the options moved; a method option that did not exist then is a change too (data options
+    added since are not the method's)."""
+    old = resolved.as_old(now)
+    out = {k: [v, old.get(k, "missing")] for k, v in before.items() if old.get(k, "missing") != v}
+    for key in sorted(set(old) - set(before)):
+        if key.startswith("model."):
+            out[key] = ["missing", old[key]]
+    return out
+
+
+@pytest.fixture(scope="module")
+def resolver() -> resolved.Resolver:
+    return resolved.Resolver()
+
+
+def test_every_shipped_config_resolves_to_the_run_it_recorded(resolver) -> None:
+    """Every preset, the quickstart and every group resolve to the method, options, data and
+    epochs recorded in ``resolved_configs.json`` (before the method options moved into groups:
+    ``resolved.MOVED`` names where each went)."""
+    configs, _ = resolved.recorded()
+    shipped = resolved.shipped_configs()
+    assert set(configs) <= set(shipped), "a shipped config is gone"
+    different = {}
+    for name, before in configs.items():
+        found = changes(before, resolver(shipped[name]))
+        if found:
+            different[name] = found
+    assert not different
+
+
+def test_every_sweep_run_is_the_run_it_recorded(resolver) -> None:
+    """Every run of every shipped sweep file resolves to the values recorded for it."""
+    configs, sweeps = resolved.recorded()
+    known = {k for values in configs.values() for k in values}
+    now = resolved.sweep_values(resolver, known)
+    assert set(now) == set(sweeps)
+    for sweep, runs in sweeps.items():
+        assert set(now[sweep]) == set(runs), sweep
+        different = sorted(run for run, value in runs.items() if now[sweep][run] != value)
+        assert not different, f"{sweep}: {len(different)} runs differ, e.g. {different[:3]}"
 
 
 # ---------------------------------------------------------------- the paper's protocol
