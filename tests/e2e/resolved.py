@@ -123,11 +123,16 @@ class Resolver:
         return self.cache[key]
 
 
+# the method group a protocol is resolved after (CE's where not named): one it is written for
+PROTOCOL_METHODS = {"true_t.yaml": "forward.yaml", "cifar100_estimate.yaml": "forward.yaml"}
+
+
 def shipped_configs() -> dict[str, list[Path]]:
     """Every shipped config file by its path under ``configs/``, with the files it is resolved
     after: presets and the quickstart alone, a data group after the CE group, a method or
-    trainer group after the digits group, a protocol after the digits and Forward groups."""
-    digits, forward = CONFIGS / "data" / "digits.yaml", CONFIGS / "method" / "forward.yaml"
+    trainer group after the digits group, a protocol after the digits group and a method group
+    (:data:`PROTOCOL_METHODS`)."""
+    digits = CONFIGS / "data" / "digits.yaml"
     out: dict[str, list[Path]] = {}
     for path in sorted(CONFIGS.rglob("*.yaml")):
         name = str(path.relative_to(CONFIGS))
@@ -139,7 +144,8 @@ def shipped_configs() -> dict[str, list[Path]]:
         elif group in ("method", "trainer"):
             out[name] = [digits, path]
         elif group == "protocol":
-            out[name] = [digits, forward, path]
+            method = CONFIGS / "method" / PROTOCOL_METHODS.get(path.name, "ce.yaml")
+            out[name] = [digits, method, path]
         else:
             out[name] = [path]
     return out
