@@ -40,7 +40,7 @@ MOVED: dict[str, str] = {
     **{f"model.{name}": f"model.speed.{name}" for name in SPEED},
 }
 """Every method option that moved into a group: old name -> new name (flat, dotted)."""
-NEW: tuple[str, ...] = ()
+NEW = ("model.schedule.main_epochs",)
 """Options that did not exist before the move (their effect is checked through the epochs)."""
 # not what a run computes: where it logs and what the terminal shows
 SKIPPED = (
@@ -58,7 +58,7 @@ TRANSITION_METHODS = ("Forward", "Reweight", "TRevision")
 
 
 def flat(node: Any, prefix: str = "") -> dict[str, Any]:
-    """A resolved config as ``{"model.lr": 0.01, ...}``: ``class_path`` as ``.class``,
+    """A resolved config as ``{"model.optim.lr": 0.01, ...}``: ``class_path`` as ``.class``,
     ``init_args`` dropped from the names, nested groups by dotted names."""
     if hasattr(node, "as_dict"):
         node = node.as_dict()
@@ -75,8 +75,12 @@ def flat(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def epochs(config: Any) -> int | None:
-    """The epochs a run of ``config`` trains: ``trainer.max_epochs``."""
-    return config["trainer"]["max_epochs"]
+    """The epochs a run of ``config`` trains: ``trainer.max_epochs``, or where it is unset the
+    stage schedule's, as ``noisylabels fit`` derives them."""
+    from noisylabels.run.compose import schedule_epochs
+
+    given = config["trainer"]["max_epochs"]
+    return given if given is not None else schedule_epochs(config["model"])
 
 
 def run_values(config: Any) -> dict[str, Any]:
@@ -152,7 +156,9 @@ def shipped_configs() -> dict[str, list[Path]]:
 
 
 def is_moved(option: str) -> bool:
-    return option in MOVED or option in MOVED.values() or option.startswith("trainer.")
+    """Whether a sweep's option is one that moved (or is new, or sets the epochs)."""
+    moved = option in MOVED or option in MOVED.values() or option in NEW
+    return moved or option.startswith("trainer.")
 
 
 def sweep_values(resolve: Resolver, known: set[str]) -> dict[str, dict[str, str]]:

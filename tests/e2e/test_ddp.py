@@ -58,9 +58,7 @@ def make_model(scope: str) -> Forward:
         backbone_kwargs={"hidden": [32]},
         alpha=ALPHA,
         variance_scope=scope,
-        lr=0.1,
-        momentum=0.9,
-        weight_decay=1e-3,
+        optim={"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-3},
     )
     model.T.copy_(symmetric_transition(10, 0.4))
     return model
@@ -479,7 +477,7 @@ def test_cli_fit_with_two_cpu_processes(tmp_path: Path) -> None:
         "--trainer.callbacks+=noisylabels.callbacks.SubsetStatistics",
         "--model.transition",
         "estimate",
-        "--model.warmup_epochs",
+        "--model.schedule.warmup_epochs",
         "1",
         "--data.eval_batch_size",
         "179",
