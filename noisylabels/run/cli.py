@@ -29,7 +29,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, option_error, user_error
 from noisylabels.methods import NoisyLabelMethod, describe_methods
-from noisylabels.methods.core.base import OPTION_GROUPS, option_group_of
+from noisylabels.methods.core.groups import OPTION_GROUPS, option_group_of
 from noisylabels.run import identity, resume
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint

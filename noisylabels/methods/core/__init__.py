@@ -1,6 +1,7 @@
 """The machinery every method shares, none of it a method: the base LightningModule, the VRNL
-objective, the typed step record, the stage schedule, optimization, networks, acceleration,
-what DDP needs beyond Lightning (distributed), losses and the method registry."""
+objective, the typed step record, the option groups (stage schedule, optimizer, speed),
+optimization, networks, acceleration, what DDP needs beyond Lightning (distributed), losses and
+the method registry."""
 
 from noisylabels.methods.core.acceleration import SpeedOptions
 from noisylabels.methods.core.base import NoisyLabelMethod

@@ -16,8 +16,8 @@ attached by :mod:`noisylabels.run`. Methods with a transition matrix also overri
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,7 @@ from noisylabels.methods.core import optim
 from noisylabels.methods.core.acceleration import Acceleration, SpeedOptions
 from noisylabels.methods.core.distributed import drop_gradients, with_zero_gradients, world
 from noisylabels.methods.core.evaluation import split_logits
+from noisylabels.methods.core.groups import option_group
 from noisylabels.methods.core.optim import OptimizerOptions
 from noisylabels.methods.core.staged import StagedModule
 from noisylabels.methods.core.stages import StageSchedule
@@ -41,23 +42,6 @@ from noisylabels.methods.core.vrnl import (
 )
 from noisylabels.models import build_backbone
 from noisylabels.noise import DataFacts, data_facts_of, estimation_error
-
-Group = TypeVar("Group")
-OPTION_GROUPS: dict[str, type] = {
-    "schedule": StageSchedule,
-    "optim": OptimizerOptions,
-    "speed": SpeedOptions,
-}
-"""The option groups of every method (``--model.schedule.*``, ...) and their dataclasses."""
-
-
-def option_group_of(option: str) -> str | None:
-    """The group that holds the method option ``option`` (``warmup_epochs``: ``schedule``), or
-    ``None`` where no group has it."""
-    for name, cls in OPTION_GROUPS.items():
-        if option in {field.name for field in dataclasses.fields(cls)}:
-            return name
-    return None
 
 
 class NoisyLabelMethod(StagedModule):
@@ -385,21 +369,3 @@ class NoisyLabelMethod(StagedModule):
         """``(batch, logits)`` of network 0 over the training split (see
         :func:`~noisylabels.methods.core.evaluation.split_logits`)."""
         return split_logits(self, self.data_facts(), limit, rank, world_size, split)
-
-
-def option_group(name: str, value: Group | Mapping[str, Any]) -> Group:
-    """The option group ``name`` of a method as its dataclass (:data:`OPTION_GROUPS`): ``value``
-    itself, or the dataclass of a mapping of its options (as a checkpoint's hyperparameters hold
-    it)."""
-    cls = OPTION_GROUPS[name]
-    if isinstance(value, cls):
-        return value
-    if not isinstance(value, Mapping):
-        raise InputError(f"--model.{name} must be a {cls.__name__} or a mapping, got {value!r}")
-    known = {field.name for field in dataclasses.fields(cls)}
-    unknown = sorted(set(value) - known)
-    if unknown:
-        raise InputError(
-            f"--model.{name} has no option {unknown[0]!r}; its options: {', '.join(sorted(known))}"
-        )
-    return cls(**value)
