@@ -83,6 +83,21 @@ def test_model_help_lists_every_method_on_one_line(capsys) -> None:
     assert all(f"  {name}  " in out for name in METHODS)
 
 
+def test_model_help_of_a_method_shows_its_option_groups_with_their_docs(capsys) -> None:
+    """``--model.help NAME``: the groups' options by their dotted names, each with its
+    description and default (here Reweight's own 20 warm-up epochs)."""
+    from noisylabels.cli import run
+
+    with pytest.raises(SystemExit) as exc:
+        run(["fit", "--model.help", "Reweight"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for option in ("schedule.main_epochs", "optim.lr", "speed.compile", "schedule.warmup_model"):
+        assert f"--model.{option} " in out, option
+    assert "epochs of plain cross-entropy on the noisy labels" in out
+    assert "(type: int, default: 20)" in out and "learning rate (the paper: 0.01)" in out
+
+
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", list(METHODS))
 def test_every_method_trains_through_the_cli(
