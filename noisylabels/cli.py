@@ -3,8 +3,11 @@
 ``noisylabels fit|validate|test|predict`` are Lightning's stages (:mod:`noisylabels.run.cli`);
 ``plot``, ``sweep``, ``report`` and ``audit`` are the project's own
 (:mod:`noisylabels.report.plot`, :mod:`noisylabels.sweep.cli`, :mod:`noisylabels.report.cli`,
-:mod:`noisylabels.audit.cli`). Each subcommand's module is
-imported only when it runs (the command itself loads Lightning first, for its SIGTERM exit).
+:mod:`noisylabels.audit.cli`). Each subcommand's module is imported only when it runs, and the
+command itself imports neither torch nor Lightning: ``--help``, ``--version``, ``report``,
+``plot``, ``sweep --dry-run`` and every ``--help`` but a Lightning stage's start in a fraction of
+a second (``benchmarks/startup.py`` measures it), where loading the training stack takes
+seconds.
 
 User errors (:class:`~noisylabels.errors.NoisyLabelsError`) end the command with one paragraph
 and their exit status (2; 3 for a diverged run), SIGTERM with status 143; ``--debug`` or
@@ -31,6 +34,8 @@ SIGPIPE_EXIT = 141  # 128 + SIGPIPE: a reader of the output (`| head`) closed it
 STDOUT_ERRNOS = {errno.ENOSPC: "the device is full", errno.EDQUOT: "the disk quota is exhausted"}
 
 LIGHTNING = "noisylabels.run.cli:lightning_command"
+# where Lightning's SIGTERMException lives; a command that never imported it cannot raise it
+SIGTERM_MODULE = "lightning.pytorch.utilities.exceptions"
 # name -> ("module:function" taking the arguments after the name, one line of help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "fit": (LIGHTNING, "train a method, test it on the clean test set, write results.json"),
@@ -203,8 +208,6 @@ def main(args: list[str] | None = None) -> None:
     status 143; programming errors keep their traceback. An output that cannot be written ends
     it with one paragraph and status 2 (a full device), or quietly with status 141 (a pipe
     whose reader is gone, as ``| head`` leaves it)."""
-    from lightning.pytorch.utilities.exceptions import SIGTERMException  # loads Lightning
-
     argv = list(sys.argv[1:] if args is None else args)
     debug = debug_requested(argv)
     argv = [a for a in argv if a != DEBUG_FLAG]
@@ -216,7 +219,7 @@ def main(args: list[str] | None = None) -> None:
         sys.stdout = watched
     try:
         try:
-            status = _main(None if args is None else argv, debug, SIGTERMException)
+            status = _main(None if args is None else argv, debug)
             _flush_stdout()
         except SystemExit:
             _flush_stdout()  # what help or a report printed before it exits
@@ -233,12 +236,22 @@ def main(args: list[str] | None = None) -> None:
         sys.exit(status)
 
 
-def _main(args: list[str] | None, debug: bool, sigterm: type[BaseException]) -> int:
+def stopped_by_sigterm(err: BaseException) -> bool:
+    """Whether ``err`` is Lightning's ``SIGTERMException`` (a fit stopped by SIGTERM). It is
+    looked up among the modules already imported rather than imported here: only a command that
+    loaded Lightning can raise it, and the others start without loading it."""
+    sigterm = getattr(sys.modules.get(SIGTERM_MODULE), "SIGTERMException", None)
+    return isinstance(sigterm, type) and isinstance(err, sigterm)
+
+
+def _main(args: list[str] | None, debug: bool) -> int:
     """Run the command; its exit status. User errors print their paragraph here."""
     try:
         result = run(args)
-    except sigterm as err:  # a run stopped by a signal: the status a shell reports for it
-        return int(getattr(err, "exit_code", SIGTERM_EXIT))
+    except SystemExit as err:
+        if stopped_by_sigterm(err):  # a run stopped by a signal: the status a shell reports
+            return int(getattr(err, "exit_code", SIGTERM_EXIT))
+        raise
     except Exception as err:
         found = user_error(err)
         if found is None or debug:

@@ -226,7 +226,7 @@ def real_mnist_dir() -> Path | None:
 
 
 def synthetic_facts(
-    num_classes: int, noisy: Any, clean: Any, train_indices: Any, noise_rate: float
+    num_classes: int, noisy: Any, clean: Any, train_indices: Any, rate_nominal: float
 ) -> Any:
     """The data facts of synthetic symmetric noise on ``noisy``/``clean`` labels, no true T
     and no evaluation batches: what a callback reads of a stand-in data module."""
@@ -235,7 +235,7 @@ def synthetic_facts(
     return DataFacts(
         num_classes=num_classes,
         noise_type="symmetric",
-        noise_rate=noise_rate,
+        rate_nominal=rate_nominal,
         transition=None,
         clean_validation=False,
         noisy_labels=noisy,

@@ -8,20 +8,57 @@ the out-of-sample posterior of K-fold cross-validation (:mod:`~noisylabels.audit
 :func:`fit_and_audit` trains one first; the command is :mod:`~noisylabels.audit.cli`.
 """
 
-from noisylabels.audit.crossval import OutOfSample, cross_validate, stratified_folds
-from noisylabels.audit.issues import CSV_FILE, GRID_FILE, LabelIssues, audit, fit_and_audit
-from noisylabels.audit.scores import (
-    DEFAULT_SCORE,
-    DYNAMICS_SCORES,
-    SCORES,
-    Scored,
-    auroc,
-    dynamics_scores,
-    flag_top,
-    posterior_scores,
-    quality,
-    ranking,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from noisylabels.lazy import exports
+
+if TYPE_CHECKING:
+    from noisylabels.audit.choices import (
+        CSV_FILE,
+        DEFAULT_SCORE,
+        DYNAMICS_SCORES,
+        GRID_FILE,
+        SCORES,
+    )
+    from noisylabels.audit.crossval import OutOfSample, cross_validate, stratified_folds
+    from noisylabels.audit.issues import LabelIssues, audit, fit_and_audit
+    from noisylabels.audit.scores import (
+        Scored,
+        auroc,
+        dynamics_scores,
+        flag_top,
+        posterior_scores,
+        quality,
+        ranking,
+    )
+
+# name -> the module defining it. The names are imported on first use (PEP 562), not with the
+# package: `noisylabels audit --help` imports this file first, and the audit loads torch and
+# Lightning, which the help does without.
+EXPORTS = {
+    **dict.fromkeys(
+        ("CSV_FILE", "DEFAULT_SCORE", "DYNAMICS_SCORES", "GRID_FILE", "SCORES"),
+        "noisylabels.audit.choices",
+    ),
+    **dict.fromkeys(
+        ("OutOfSample", "cross_validate", "stratified_folds"), "noisylabels.audit.crossval"
+    ),
+    **dict.fromkeys(("LabelIssues", "audit", "fit_and_audit"), "noisylabels.audit.issues"),
+    **dict.fromkeys(
+        (
+            "Scored",
+            "auroc",
+            "dynamics_scores",
+            "flag_top",
+            "posterior_scores",
+            "quality",
+            "ranking",
+        ),
+        "noisylabels.audit.scores",
+    ),
+}
 
 __all__ = [
     "CSV_FILE",
@@ -43,3 +80,6 @@ __all__ = [
     "ranking",
     "stratified_folds",
 ]
+
+
+__getattr__, __dir__ = exports(__name__, EXPORTS)

@@ -8,7 +8,8 @@ Examples::
     noisylabels audit --config configs/quickstart.yaml -- --data.noise_rate 0.2   # fit first
 
 Writes ``label_issues.csv`` (every audited label, most suspect first) and ``label_issues.png``
-(the ``--top`` most suspect images, given vs predicted label) in the run folder, and prints the
+(the ``--top`` most suspect images, given vs predicted label) in the run folder (with
+``--classes``: ``label_issues_<classes>.csv``/``.png``, leaving the full ranking), and prints the
 top of the ranking; where the true labels are known (synthetic noise, a label file) also the
 precision and recall of the flagged set and the AUROC of the score against the flipped labels.
 """
@@ -16,11 +17,13 @@ precision and recall of the flagged set and the AUROC of the score against the f
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from noisylabels.audit.issues import DEFAULT_FOLDS, DEFAULT_TOP, LabelIssues, audit, fit_and_audit
-from noisylabels.audit.scores import DEFAULT_SCORE, SCORES
+from noisylabels.audit.choices import DEFAULT_FOLDS, DEFAULT_SCORE, DEFAULT_TOP, SCORES
 from noisylabels.errors import InputError
+
+if TYPE_CHECKING:
+    from noisylabels.audit.issues import LabelIssues
 
 
 class Parser(argparse.ArgumentParser):
@@ -64,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--classes",
         metavar="A,B",
-        help="audit only the labels given these classes (comma-separated names or numbers)",
+        help="audit only the labels given these classes (comma-separated names or numbers); "
+        "writes label_issues_<classes>.csv/.png, leaving the full label_issues.csv",
     )
     p.add_argument(
         "--folds",
@@ -145,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     top = _whole(args.top, "--top", 1)
     folds = _whole(args.folds, "--folds", 2)
+    # start-up time: the audit loads torch and Lightning; --help and a refused option do not
+    from noisylabels.audit.issues import audit, fit_and_audit
+
     options = {
         "score": args.score,
         "top": top,

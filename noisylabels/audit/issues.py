@@ -27,13 +27,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from noisylabels.audit.choices import (
+    CSV_FILE,
+    DEFAULT_FOLDS,
+    DEFAULT_SCORE,
+    DEFAULT_TOP,
+    DYNAMICS_SCORES,
+    GRID_FILE,
+    SCORES,
+    issue_files,
+)
 from noisylabels.audit.crossval import OutOfSample, check_folds, cross_validate
 from noisylabels.audit.gallery import draw_grid
 from noisylabels.audit.run_folder import RunFolder, data_class, data_module, load_pt, read_run
 from noisylabels.audit.scores import (
-    DEFAULT_SCORE,
-    DYNAMICS_SCORES,
-    SCORES,
     Scored,
     dynamics_scores,
     flag_top,
@@ -47,11 +54,6 @@ from noisylabels.errors import InputError, StorageError
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.cli import lightning_command
 from noisylabels.run.storage import STORAGE_ERRNOS, free_space, replacing, save_torch
-
-CSV_FILE = "label_issues.csv"
-GRID_FILE = "label_issues.png"
-DEFAULT_TOP = 24
-DEFAULT_FOLDS = 5
 
 
 @dataclass
@@ -122,7 +124,9 @@ def audit(
     folder.
 
     Args:
-        classes: audit only the labels given these classes (names or numbers).
+        classes: audit only the labels given these classes (names or numbers); the files are
+            then ``label_issues_<classes>.csv``/``.png`` (e.g. ``label_issues_cat+emu.csv``),
+            and the ranking of every class, ``label_issues.csv``, is left as it is.
         folds: K of the cross-validation behind ``score="posterior"``.
         data_dir: where the run's dataset is now (default: its config's ``data_dir``); the
             images of the grid and the files of an image folder are read from there.
@@ -152,7 +156,9 @@ def audit(
     if true is not None:
         known = keep & (true >= 0)
         result_quality = quality(scored.score[known], flagged[known], (true != scored.given)[known])
-    csv_path = folder.path / CSV_FILE
+    kept = None if chosen is None else [names[k] for k in chosen]
+    csv_name, grid_name = issue_files(kept)
+    csv_path = folder.path / csv_name
     with writing_into(folder.path):
         write_csv(rows, csv_path)
     grid_path = None
@@ -162,7 +168,7 @@ def audit(
         captions = [_caption(row) for row in shown]
         title = f"{folder.path}: the {len(shown)} most suspect labels ({score})"
         with writing_into(folder.path):
-            grid_path = draw_grid(images, captions, folder.path / GRID_FILE, title)
+            grid_path = draw_grid(images, captions, folder.path / grid_name, title)
     return LabelIssues(
         run=folder.path,
         score=score,
@@ -171,7 +177,7 @@ def audit(
         grid_path=grid_path,
         quality=result_quality,
         flagged=int(flagged[keep].sum()),
-        classes=None if chosen is None else [names[k] for k in chosen],
+        classes=kept,
     )
 
 

@@ -28,11 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from noisylabels.audit.choices import DYNAMICS_SCORES, SCORES
 from noisylabels.errors import InputError
-
-DYNAMICS_SCORES = ("margin", "loss", "weight")
-SCORES = (*DYNAMICS_SCORES, "posterior")
-DEFAULT_SCORE = "margin"
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ argues with these curves: the average training loss of mislabeled and of correct
 samples over training (its Fig. 1), and the cross-entropy of the clean posterior against the
 clean label and of the noisy posterior against the noisy label, mean and std per subset (its
 Figs. 4 and 5). :class:`SubsetStatistics` records them for any run, writes them to the run
-folder as ``subsets.csv`` (one row per recorded epoch, whatever the logger) and to TensorBoard;
-``noisylabels plot`` draws the paper-style figures from either.
+folder as ``subsets.csv`` (one row per recorded epoch, whatever the logger) and logs them to
+every logger of the run (TensorBoard, CSV, W&B, MLflow, ...); ``noisylabels plot`` draws the
+paper-style figures from ``subsets.csv``.
 
 Per sample ``i`` with clean posterior ``p = softmax(z_i)``, noisy label ``y~_i`` and clean label
 ``y_i`` the callback keeps:
@@ -65,9 +66,11 @@ class SubsetStatistics(StepRecords):
     against the noisy label and of the clean posterior's CE against the clean label, the mean
     VRNL weight ``w_i`` and the fraction of ``w_i <= 0``, plus loss histograms. Written to the
     run folder as ``subsets.csv`` (a row per recorded epoch, a column per statistic, named by
-    its tag; not under ``fast_dev_run``), to TensorBoard as ``subsets/<quantity>/<subset>`` with
-    step = epoch (0-based) and a Custom Scalars layout overlaying the subsets; also logged to
-    ``trainer.callback_metrics``.
+    its tag; not under ``fast_dev_run``) and logged with ``pl_module.log`` at epoch level as
+    ``subsets/<quantity>/<subset>``, so every logger of the trainer gets them (with the
+    ``epoch``, at the step of Lightning's other epoch metrics) and ``trainer.callback_metrics``
+    holds them. TensorBoard also gets the histograms (step = epoch, 0-based), a Custom Scalars
+    layout overlaying the subsets and the subsets' sizes as text.
 
     Args:
         source: ``train_step`` reuses the losses the training steps computed (free; a sample's
@@ -214,23 +217,23 @@ class SubsetStatistics(StepRecords):
                 buffer, self._noisy, self._clean, self._subsets, posterior, histograms
             )
         self.last = scalars
+        # every logger gets the scalars through Lightning's epoch-level logging (with the
+        # epoch, at the step of the run's other epoch metrics); the values are already summed
+        # over processes and the same on each, so no sync_dist
         logged = torch.tensor(list(scalars.values()))  # tensors log faster than floats
         for name, value in zip(scalars, logged, strict=True):
-            pl_module.log(name, value, logger=False)
+            pl_module.log(name, value, on_step=False, on_epoch=True)
         epoch = trainer.current_epoch
         if trainer.is_global_zero and not trainer.fast_dev_run:
             folder = run_dir(trainer)
             folder.mkdir(parents=True, exist_ok=True)
             write_csv_row(folder / CSV_FILE, epoch, scalars)
-        for logger in self._tensorboards(trainer):
-            writer = logger.experiment
-            for name, value in scalars.items():
-                writer.add_scalar(name, value, global_step=epoch)
-            if histograms:
+        if histograms:
+            for logger in self._tensorboards(trainer):
                 for subset, values in losses.items():
                     values = values[torch.isfinite(values)]
                     if values.numel():
-                        writer.add_histogram(
+                        logger.experiment.add_histogram(
                             tag("loss_hist", subset), values.float().cpu(), global_step=epoch
                         )
 

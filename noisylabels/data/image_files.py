@@ -33,7 +33,10 @@ class ImageFileDataModule(NoisyDataModule):
     """Base of file-backed data modules: ``LoadedData`` image fields are key arrays (see
     :func:`~noisylabels.data.files.key_array`) of paths relative to ``data_dir``.
 
-    Args (beside :class:`~noisylabels.data.module.NoisyDataModule`'s):
+    It takes every option of :class:`~noisylabels.data.module.NoisyDataModule` (as keywords),
+    and these:
+
+    Args:
         num_workers: image-decoding DataLoader workers (default ``min(8, CPUs)``).
         image_size: crop size fed to the network (default 224).
         resize_size: the shorter image side is resized to this before cropping (default 256).

@@ -12,7 +12,6 @@ from noisylabels.data.files import key_array
 from noisylabels.data.image_files import ImageFileDataModule
 from noisylabels.data.loaded import LoadedData
 from noisylabels.errors import InputError, MissingFileError
-from noisylabels.noise import check_symmetric_rate
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
@@ -29,14 +28,18 @@ class ImageFolderDataModule(ImageFileDataModule):
         DATA_DIR/val/<class>/...      (optional)
 
     The classes are the sorted folder names under ``train/`` (class ``k`` is the ``k``-th name);
-    images are found recursively inside each class folder. Noise (any synthetic type but
+    images are found recursively inside each class folder. Noise (any generated kind but
     ``semantic``, which needs a dataset's flip map, or a label file in the sorted order of the
     training files) applies to the training labels; the test set (and ``val/``) is clean.
     Images are decoded by workers as for Clothing1M: shorter side resized to ``resize_size``,
     crop of ``image_size``, ImageNet normalization.
 
-    Args (beside the noise options of :class:`~noisylabels.data.module.NoisyDataModule` and the
-    image options of :class:`~noisylabels.data.image_files.ImageFileDataModule`):
+    It takes every option of :class:`~noisylabels.data.module.NoisyDataModule` and
+    :class:`~noisylabels.data.image_files.ImageFileDataModule` (as keywords), and these:
+
+    Args:
+        batch_size: training batch size (per process under DDP); 64 here, for images of
+            ImageNet size.
         use_val_folder: validate on ``val/`` (clean labels) when it exists; ``false`` holds out
             ``val_fraction`` of the noisy training set instead, as for the other datasets.
     """
@@ -44,49 +47,12 @@ class ImageFolderDataModule(ImageFileDataModule):
     name: ClassVar[str] = "image_folder"
     classes_from_files: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        data_dir: str = "data",
-        batch_size: int = 64,
-        eval_batch_size: int | None = None,
-        num_workers: int | None = None,
-        noise_type: str = "symmetric",
-        noise_rate: float = 0.2,
-        noise_seed: int = 0,
-        noise_file: str | None = None,
-        noise_file_key: str | None = None,
-        val_fraction: float = 0.1,
-        use_val_folder: bool = True,
-        augment: bool | None = None,
-        normalize: bool = True,
-        image_size: int = 224,
-        resize_size: int = 256,
-        samples_per_class: int | None = None,
-        max_skipped_fraction: float = 0.01,
-    ) -> None:
-        super().__init__(
-            data_dir=data_dir,
-            batch_size=batch_size,
-            eval_batch_size=eval_batch_size,
-            num_workers=num_workers,
-            noise_type=noise_type,
-            noise_rate=noise_rate,
-            noise_seed=noise_seed,
-            noise_file=noise_file,
-            noise_file_key=noise_file_key,
-            val_fraction=val_fraction,
-            augment=augment,
-            normalize=normalize,
-            image_size=image_size,
-            resize_size=resize_size,
-            samples_per_class=samples_per_class,
-            max_skipped_fraction=max_skipped_fraction,
-        )
+    def __init__(self, *, batch_size: int = 64, use_val_folder: bool = True, **kwargs: Any) -> None:
+        super().__init__(batch_size=batch_size, **kwargs)
         self.use_val_folder = use_val_folder
         self.class_names = self._find_classes()
         self.num_classes = len(self.class_names)
-        if noise_type == "symmetric":
-            check_symmetric_rate(noise_rate, self.num_classes)
+        self.check_noise_options(self.num_classes)
 
     def _find_classes(self) -> list[str]:
         train = self.data_dir / "train"

@@ -37,12 +37,11 @@ from noisylabels.errors import InputError
 from noisylabels.noise import (
     UNKNOWN_LABEL,
     DataFacts,
-    FileLabels,
     LabelSource,
-    ShippedLabels,
-    SyntheticNoise,
     check_class_coverage,
     check_noise_options,
+    label_source,
+    noise_kinds_help,
 )
 
 __all__ = ["UNKNOWN_LABEL", "NoisyDataModule"]
@@ -57,10 +56,10 @@ class NoisyDataModule(L.LightningDataModule):
         batch_size: training batch size (per process under DDP).
         eval_batch_size: batch size for validation/test/prediction (default: ``batch_size``).
         num_workers: DataLoader worker processes (in-memory datasets are fastest with 0).
-        noise_type: ``none, symmetric, pair, asymmetric, semantic, instance`` (synthetic),
-            ``file`` (labels read from ``noise_file``) or ``real`` (the noisy labels a dataset
-            ships with, e.g. Clothing1M).
-        noise_rate: nominal noise rate ε in [0, 1) of synthetic noise (pair noise: < 0.5).
+        noise_type: the noise kind: NOISE_KINDS_HELP.
+        noise_rate: the nominal noise rate ε in [0, 1) of generated noise (``rate_nominal`` in
+            the code and in results.json, beside the measured ``rate_actual``); some kinds
+            need less (see ``noise_type``).
         noise_seed: seed of the label corruption and of the train/val split; independent of the
             training seed, so ``--seed_everything`` never changes the noisy labels.
         noise_file: labels file for ``noise_type: file`` (``.pt`` tensor or dict, ``.npy``,
@@ -119,15 +118,12 @@ class NoisyDataModule(L.LightningDataModule):
         super().__init__()
         if on_device not in ON_DEVICE:
             raise InputError(f"--data.on_device must be auto, true or false, got {on_device!r}")
-        check_noise_options(
-            noise_type,
-            noise_rate,
-            noise_file,
-            flips=self.semantic_flips,
-            ships_labels=self.ships_noisy_labels,
-            dataset=type(self).__name__,
-            num_classes=None if self.classes_from_files else self.num_classes,
-        )
+        self.noise_type = noise_type
+        self.rate_nominal = noise_rate
+        self.noise_seed = noise_seed
+        self.noise_file = noise_file
+        self.noise_file_key = noise_file_key
+        self.check_noise_options(None if self.classes_from_files else self.num_classes)
         if not 0.0 <= val_fraction < 1.0:
             raise InputError(f"--data.val_fraction must be in [0, 1), got {val_fraction}")
         if batch_size < 1:
@@ -137,11 +133,6 @@ class NoisyDataModule(L.LightningDataModule):
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers = num_workers
-        self.noise_type = noise_type
-        self.noise_rate_nominal = noise_rate
-        self.noise_seed = noise_seed
-        self.noise_file = noise_file
-        self.noise_file_key = noise_file_key
         self.val_fraction = val_fraction
         self.augment = self.default_augment if augment is None else augment
         self.download = download
@@ -156,6 +147,23 @@ class NoisyDataModule(L.LightningDataModule):
         self.train_indices: Tensor | None = None
         self.val_indices: Tensor | None = None
 
+    def check_noise_options(self, num_classes: int | None) -> None:
+        """Refuse noise options that cannot work with this dataset, before any data is read
+        (:meth:`~noisylabels.noise.NoiseKind.check` of the kind ``noise_type`` names): with
+        ``num_classes`` known, also the limits that depend on C and a class-level T whose
+        clean class is not the majority of some row. A module whose class count is found in
+        its files (``classes_from_files``) calls it again once it knows C."""
+        check_noise_options(
+            self.noise_type,
+            self.rate_nominal,
+            self.noise_file,
+            flips=self.semantic_flips,
+            ships_labels=self.ships_noisy_labels,
+            dataset=type(self).__name__,
+            num_classes=num_classes,
+            seed=self.noise_seed,
+        )
+
     def unit_statistics(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """Mean 0 and std 1 per channel: the transform then only scales to [0, 1]."""
         channels = len(self.mean)
@@ -168,7 +176,10 @@ class NoisyDataModule(L.LightningDataModule):
 
     def fetch(self) -> None:
         """Download the dataset into ``data_dir`` (only called with ``download: true``)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot be downloaded automatically")
+        raise InputError(
+            f"{type(self).__name__} cannot be downloaded automatically: put its files under "
+            f"--data.data_dir ({self.data_dir}) and drop --data.download"
+        )
 
     def make_dataset(
         self, images: Any, labels: Tensor, clean_labels: Tensor, indices: Tensor, split: str
@@ -195,21 +206,19 @@ class NoisyDataModule(L.LightningDataModule):
         return []
 
     def make_label_source(self, data: LoadedData) -> LabelSource:
-        """The label source the options ask for: a label file, the dataset's own noisy labels
-        (``real``) or synthetic noise seeded by the noise seed."""
-        if self.noise_type == "file":
-            assert self.noise_file is not None
-            return FileLabels(self.noise_file, self.noise_file_key)
-        if self.noise_type == "real":
-            if data.train_noisy is None:
-                raise InputError(f"{type(self).__name__} loaded no noisy labels")
-            return ShippedLabels(data.train_noisy, dataset=type(self).__name__)
-        return SyntheticNoise(
+        """The label source of the noise kind the options name
+        (:func:`~noisylabels.noise.label_source`): a label file, the dataset's own noisy
+        labels, or noise generated with the noise seed."""
+        return label_source(
             self.noise_type,
-            self.noise_rate_nominal,
-            self.noise_seed,
+            rate_nominal=self.rate_nominal,
+            seed=self.noise_seed,
             flips=self.semantic_flips,
             features=lambda: self.noise_features(data.train_images),
+            noise_file=self.noise_file,
+            noise_file_key=self.noise_file_key,
+            shipped=data.train_noisy,
+            dataset=type(self).__name__,
         )
 
     # ------------------------------------------------------------------ Lightning hooks
@@ -248,7 +257,7 @@ class NoisyDataModule(L.LightningDataModule):
         return self.data.train_clean
 
     @property
-    def noise_rate_actual(self) -> float | None:
+    def rate_actual(self) -> float | None:
         """Measured fraction of flipped training labels (``None`` if clean labels are unknown)."""
         return None if self.label_source is None else self.label_source.rate_actual
 
@@ -268,7 +277,7 @@ class NoisyDataModule(L.LightningDataModule):
         return DataFacts(
             num_classes=self.num_classes,
             noise_type=self.noise_type,
-            noise_rate=None if rate is None else float(rate),
+            rate_nominal=None if rate is None else float(rate),
             transition=self.transition,
             clean_validation=self.clean_validation,
             noisy_labels=self.noisy_labels,
@@ -419,3 +428,9 @@ class NoisyDataModule(L.LightningDataModule):
             training = self.trainer is not None and self.trainer.training
             batch["image"] = self.transform(batch["image"], train=training)
         return batch
+
+
+# the help of --data.noise_type lists the registered noise kinds
+NoisyDataModule.__doc__ = (NoisyDataModule.__doc__ or "").replace(
+    "NOISE_KINDS_HELP", noise_kinds_help()
+)

@@ -131,7 +131,7 @@ class SmallLossMethod(TwoNetworkMethod):
 
     def _nominal_rate(self) -> float:
         facts = self.data_facts()
-        rate = None if facts is None else facts.noise_rate
+        rate = None if facts is None else facts.rate_nominal
         if rate is None:
             noise = "unknown" if facts is None else facts.noise_type
             raise InputError(
@@ -167,9 +167,9 @@ class SmallLossMethod(TwoNetworkMethod):
             return batch_size
         if source == "noise_rate":
             facts = self.data_facts()
-            if facts is None or facts.noise_rate is None:
+            if facts is None or facts.rate_nominal is None:
                 return batch_size  # refused by setup, naming the option
-            tau = float(facts.noise_rate)
+            tau = float(facts.rate_nominal)
         else:
             tau = float(source)
         return int(self.keep_count(batch_size, tau))

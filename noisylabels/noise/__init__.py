@@ -1,6 +1,10 @@
-"""Label noise (pure torch, no Lightning): transition matrices, corruption, label files, label
-sources, the checks that labels can be learned at all, transition-matrix estimation, and the
-typed facts of a run's data (:class:`DataFacts`) that methods and callbacks read.
+"""Label noise (pure torch, no Lightning): the noise kinds (:data:`NOISE_KINDS`, one entry per
+``--data.noise_type``), transition matrices, corruption, label files, label sources, the checks
+that labels can be learned at all, transition-matrix estimation, and the typed facts of a run's
+data (:class:`DataFacts`) that methods and callbacks read.
+
+The nominal noise rate (``--data.noise_rate``) is ``rate_nominal`` throughout, as in
+``results.json``; the rate measured on the labels is ``rate_actual``.
 
 Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``. The VRNL paper and
 cleanlab use the column-stochastic transpose; see ``to_column_stochastic``.
@@ -12,8 +16,7 @@ from .corrupt import (
     empirical_transition,
     instance_dependent_noise,
     instance_flip_probabilities,
-    make_noisy_labels,
-    noise_rate,
+    rate_actual,
 )
 from .estimate import (
     anchor_points,
@@ -25,26 +28,36 @@ from .estimate import (
     estimation_error,
 )
 from .facts import UNKNOWN_LABEL, DataFacts, ProvidesDataFacts, data_facts_of, majority_fraction
+from .kinds import (
+    NOISE_KINDS,
+    NoiseKind,
+    RateLimit,
+    build_transition,
+    check_noise_options,
+    draw_from_transition,
+    make_noisy_labels,
+    noise_kind,
+    noise_kinds_help,
+    noise_kinds_table,
+)
 from .label_file import LABEL_FILE_SUFFIXES, read_label_file
 from .labels import (
-    SYNTHETIC_TYPES,
     FileLabels,
     LabelSource,
     ShippedLabels,
     SyntheticNoise,
-    check_noise_options,
+    label_source,
 )
 from .learnable import (
     check_class_coverage,
     check_clean_majority,
+    check_transition_majority,
     clean_majority_limit,
     majority_violations,
 )
 from .matrices import (
-    NOISE_TYPES,
     asymmetric_transition,
-    build_transition,
-    check_symmetric_rate,
+    check_rate_below,
     check_transition,
     from_column_stochastic,
     load_transition,
@@ -70,12 +83,17 @@ __all__ = [
     "ProvidesDataFacts",
     "data_facts_of",
     "majority_fraction",
-    "NOISE_TYPES",
-    "SYNTHETIC_TYPES",
+    "NOISE_KINDS",
+    "NoiseKind",
+    "RateLimit",
+    "draw_from_transition",
+    "noise_kind",
+    "noise_kinds_help",
+    "noise_kinds_table",
     "LABEL_FILE_SUFFIXES",
     "symmetric_transition",
     "symmetric_limit",
-    "check_symmetric_rate",
+    "check_rate_below",
     "TransitionCondition",
     "transition_condition",
     "pair_transition",
@@ -90,7 +108,7 @@ __all__ = [
     "load_transition",
     "save_transition",
     "corrupt_labels",
-    "noise_rate",
+    "rate_actual",
     "empirical_transition",
     "instance_flip_probabilities",
     "instance_dependent_noise",
@@ -100,7 +118,9 @@ __all__ = [
     "SyntheticNoise",
     "FileLabels",
     "ShippedLabels",
+    "label_source",
     "check_noise_options",
+    "check_transition_majority",
     "check_clean_majority",
     "check_class_coverage",
     "clean_majority_limit",

@@ -1,4 +1,7 @@
-"""Corrupting clean labels with synthetic noise.
+"""Corrupting clean labels with synthetic noise: the categorical draw from a class-level T that
+the transition-matrix kinds share, the per-sample generator of instance-dependent noise, and the
+measured rate and T of a labelling. Which kind uses which is said by its entry in
+:mod:`noisylabels.noise.kinds`.
 
 Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``.
 All randomness comes from an explicit ``torch.Generator`` seeded by the *noise* seed, which is
@@ -7,26 +10,17 @@ independent of the training seed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 from torch import Tensor
 
-from .matrices import (
-    NOISE_TYPES,
-    _check_num_classes,
-    _check_rate,
-    build_transition,
-    check_transition,
-)
+from .matrices import _check_num_classes, _check_rate, check_transition
 
 __all__ = [
     "corrupt_labels",
-    "noise_rate",
+    "rate_actual",
     "empirical_transition",
     "instance_flip_probabilities",
     "instance_dependent_noise",
-    "make_noisy_labels",
 ]
 
 _CHUNK_ELEMENTS = 1 << 24  # feature values per chunk of the instance-dependent noise (float64)
@@ -63,8 +57,9 @@ def corrupt_labels(labels: Tensor, T: Tensor, generator: torch.Generator) -> Ten
     return noisy.to(device)
 
 
-def noise_rate(clean: Tensor, noisy: Tensor) -> float:
-    """Actual noise rate: the fraction of samples whose noisy label differs from the clean one."""
+def rate_actual(clean: Tensor, noisy: Tensor) -> float:
+    """The measured (actual) noise rate: the fraction of samples whose noisy label differs from
+    the clean one."""
     clean = torch.as_tensor(clean)
     noisy = torch.as_tensor(noisy)
     if clean.shape != noisy.shape:
@@ -114,7 +109,7 @@ def instance_flip_probabilities(
     features: Tensor,
     labels: Tensor,
     num_classes: int,
-    rate: float,
+    rate_nominal: float,
     generator: torch.Generator,
 ) -> Tensor:
     """Per-sample label distributions of PTD's instance-dependent noise (Xia et al. 2020,
@@ -123,7 +118,7 @@ def instance_flip_probabilities(
     Row ``i`` of the result is ``P(noisy = j | x_i, clean = y_i)`` (row convention, rows sum
     to 1), built as in PTD's generator:
 
-    1. flip rate ``q_i ~ TruncNormal(rate, 0.1)`` on [0, 1];
+    1. flip rate ``q_i ~ TruncNormal(rate_nominal, 0.1)`` on [0, 1];
     2. ``W ~ N(0, 1)`` of shape C x d x C (drawn once);
     3. ``a = x_i @ W[y_i]`` with ``x_i`` the flattened features at their **raw scale** (pixel
        values 0-255: no division by 255, no unit-length scaling) and ``a[y_i] = -inf``;
@@ -135,14 +130,14 @@ def instance_flip_probabilities(
     (``features`` may stay uint8; it is converted chunk by chunk).
     """
     c = _check_num_classes(num_classes)
-    rate = _check_rate(rate)
+    rate_nominal = _check_rate(rate_nominal)
     labels = _check_labels(labels, c).cpu()
     features = torch.as_tensor(features).detach().cpu()
     n = labels.numel()
     if features.shape[0] != n:
         raise ValueError(f"features have {features.shape[0]} rows but there are {n} labels")
     x = features.reshape(n, -1)
-    q = _truncated_normal(n, rate, 0.1, 0.0, 1.0, generator)
+    q = _truncated_normal(n, rate_nominal, 0.1, 0.0, 1.0, generator)
     W = torch.randn(c, x.shape[1], c, generator=generator)
     logits = torch.empty(n, c, dtype=torch.float64)
     chunk = max(1, _CHUNK_ELEMENTS // max(1, x.shape[1]))
@@ -163,7 +158,7 @@ def instance_dependent_noise(
     features: Tensor,
     labels: Tensor,
     num_classes: int,
-    rate: float,
+    rate_nominal: float,
     generator: torch.Generator,
 ) -> Tensor:
     """Instance-dependent noise of the PTD paper (Xia et al. 2020, "Part-dependent label noise").
@@ -173,48 +168,8 @@ def instance_dependent_noise(
     continuing after q and W. Returns a long tensor of noisy labels on the device of ``labels``.
     """
     device = torch.as_tensor(labels).device
-    probs = instance_flip_probabilities(features, labels, num_classes, rate, generator)
+    probs = instance_flip_probabilities(features, labels, num_classes, rate_nominal, generator)
     if len(probs) == 0:
         return torch.zeros(0, dtype=torch.long, device=device)
     noisy = torch.multinomial(probs, 1, replacement=True, generator=generator).squeeze(1)
     return noisy.to(device)
-
-
-def make_noisy_labels(
-    clean_labels: Tensor,
-    noise_type: str,
-    rate: float,
-    num_classes: int,
-    seed: int,
-    flips: Mapping[int, int] | None = None,
-    features: Tensor | None = None,
-) -> tuple[Tensor, Tensor | None]:
-    """Corrupt ``clean_labels`` with a synthetic noise type.
-
-    Returns ``(noisy_labels, T)`` where ``T`` is the row-stochastic class-level transition matrix
-    (``T[i, j] = P(noisy=j | clean=i)``, see :func:`build_transition`) or ``None`` for
-    ``"instance"`` noise (Xia et al. 2020, needs ``features``). ``"semantic"`` needs the
-    dataset's ``flips`` (``{clean class: noisy class}``). ``"none"`` returns a clone of the clean
-    labels with the identity T. ``"file"`` and ``"real"`` raise ``ValueError``: such labels are
-    read, not generated. Randomness: ``torch.Generator().manual_seed(seed)`` (the noise seed).
-    """
-    if noise_type not in NOISE_TYPES:
-        raise ValueError(f"unknown noise type {noise_type!r}; expected one of {NOISE_TYPES}")
-    if noise_type in ("file", "real"):
-        raise ValueError(
-            f"noise type {noise_type!r} has no synthetic generator: its labels are read (from "
-            "a label file, or shipped with the dataset), not generated"
-        )
-    c = _check_num_classes(num_classes)
-    rate = _check_rate(rate)
-    clean = _check_labels(clean_labels, c)
-    generator = torch.Generator().manual_seed(int(seed))
-    if noise_type == "instance":
-        if features is None:
-            raise ValueError("instance-dependent noise needs the training features")
-        return instance_dependent_noise(features, clean, c, rate, generator), None
-    T = build_transition(noise_type, c, rate, seed=seed, flips=flips)
-    assert T is not None
-    if noise_type == "none":
-        return clean.clone(), T
-    return corrupt_labels(clean, T, generator), T

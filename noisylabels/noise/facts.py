@@ -35,7 +35,8 @@ class DataFacts:
     Attributes:
         num_classes: number of classes C.
         noise_type: the label source (``symmetric``, ..., ``file``, ``real``, ``none``).
-        noise_rate: the nominal noise rate of synthetic noise, ``None`` where there is none.
+        rate_nominal: the nominal noise rate of generated noise (``--data.noise_rate``),
+            ``None`` where there is none (labels read from a file or shipped with the data).
         transition: the true T (C x C, row-stochastic) of synthetic noise, else ``None``.
         clean_validation: validation is on a separate clean-labelled set (score it with the
             clean posterior ``p``, not ``p @ T``).
@@ -54,7 +55,7 @@ class DataFacts:
 
     num_classes: int
     noise_type: str
-    noise_rate: float | None
+    rate_nominal: float | None
     transition: Tensor | None
     clean_validation: bool
     noisy_labels: Tensor

@@ -1,6 +1,7 @@
-"""Where a run's noisy training labels come from: one abstraction, three kinds.
+"""Where a run's noisy training labels come from: one abstraction, one class per origin of a
+noise kind (:mod:`noisylabels.noise.kinds`), picked by :func:`label_source`.
 
-- :class:`SyntheticNoise`: clean labels corrupted by a synthetic noise type at a nominal rate,
+- :class:`SyntheticNoise`: clean labels corrupted by a generated noise kind at a nominal rate,
   seeded by the noise seed (symmetric, pair, asymmetric, semantic, instance, none);
 - :class:`FileLabels`: labels read from a file, e.g. CIFAR-10N's human labels or a run's
   ``noise.pt`` (see :func:`~noisylabels.noise.label_file.read_label_file`);
@@ -17,7 +18,7 @@ matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,70 +27,19 @@ from torch import Tensor
 
 from noisylabels.errors import InputError
 
-from .corrupt import empirical_transition, make_noisy_labels, noise_rate
+from . import corrupt
+from .corrupt import empirical_transition
+from .kinds import FILE, NOISE_KINDS, SHIPPED, Features, NoiseKind, noise_kind
 from .label_file import read_label_file
 from .learnable import check_clean_majority
-from .matrices import NOISE_TYPES, check_symmetric_rate
 
 __all__ = [
     "LabelSource",
     "SyntheticNoise",
     "FileLabels",
     "ShippedLabels",
-    "SYNTHETIC_TYPES",
-    "check_noise_options",
+    "label_source",
 ]
-
-SYNTHETIC_TYPES = tuple(t for t in NOISE_TYPES if t not in ("file", "real"))
-"""Noise types :class:`SyntheticNoise` generates."""
-
-
-def check_noise_options(
-    noise_type: str,
-    rate: float,
-    noise_file: str | None = None,
-    flips: Mapping[int, int] | None = None,
-    ships_labels: bool = False,
-    dataset: str = "this dataset",
-    num_classes: int | None = None,
-) -> None:
-    """Refuse noise options that cannot work, before any data is read: an unknown type, a rate
-    outside [0, 1) (pair noise: >= 0.5; symmetric noise: >= (C-1)/C with ``num_classes``
-    given), ``file`` without a file, a file with another type (which would ignore it),
-    ``semantic`` for a dataset without a flip map (``flips``), ``real`` for one that ships no
-    noisy labels. Raises :class:`~noisylabels.errors.InputError` naming the option."""
-    if noise_type not in NOISE_TYPES:
-        raise InputError(
-            f"unknown noise_type {noise_type!r} (--data.noise_type); choose one of {NOISE_TYPES}"
-        )
-    if not 0.0 <= rate < 1.0:
-        raise InputError(f"--data.noise_rate must be in [0, 1), got {rate}")
-    if noise_type == "pair" and rate >= 0.5:
-        raise InputError(
-            "pair noise needs --data.noise_rate < 0.5 so the clean class stays the majority; "
-            f"got {rate}"
-        )
-    if noise_type == "symmetric" and num_classes is not None:
-        check_symmetric_rate(rate, num_classes)
-    if noise_type == "file" and not noise_file:
-        raise InputError("noise_type 'file' needs --data.noise_file PATH")
-    if noise_file and noise_type != "file":
-        raise InputError(
-            f"--data.noise_file {noise_file} is given, but --data.noise_type is {noise_type!r}, "
-            "which does not read it (the run would train on other labels than the file's); add "
-            "--data.noise_type file to train on the file's labels, or drop --data.noise_file "
-            "(--data.noise_file null)"
-        )
-    if noise_type == "semantic" and not flips:
-        raise InputError(
-            f"noise_type 'semantic' needs a class-pair flip map, which {dataset} does not "
-            "declare (semantic_flips); choose symmetric, pair, asymmetric or instance noise"
-        )
-    if noise_type == "real" and not ships_labels:
-        raise InputError(
-            f"noise_type 'real' takes the noisy labels a dataset ships with; {dataset} has none. "
-            "Use a synthetic noise type, or noise_type 'file' with --data.noise_file"
-        )
 
 
 class LabelSource(ABC):
@@ -98,17 +48,18 @@ class LabelSource(ABC):
     ``make_labels(clean, num_classes)`` returns one noisy label per training sample (``clean``
     holds ``-1`` where the clean label is unknown); afterwards :attr:`transition` is the true
     class-level T where one exists (row-stochastic, ``T[i, j] = P(noisy=j | clean=i)``) and
-    :meth:`noise_info` summarises the noise for results. :attr:`rate_nominal` is known before
+    :meth:`noise_info` summarises the noise for results. :attr:`noise_type` names the noise
+    kind (:data:`~noisylabels.noise.kinds.NOISE_KINDS`); :attr:`rate_nominal` is known before
     the labels are made; :attr:`rate_actual` is measured on them each time it is read.
     """
 
-    kind: ClassVar[str] = "base"
     real_labels: ClassVar[bool] = False
     """Whether the labels are those of real labellers (read or shipped, not generated): the
     clean-majority check then allows a class more often labelled as another one whose own label
     still marks mostly its images (see :mod:`~noisylabels.noise.learnable`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, noise_type: str) -> None:
+        self.noise_type = noise_type
         self.clean: Tensor | None = None
         self.noisy: Tensor | None = None
         self.num_classes: int | None = None
@@ -132,7 +83,7 @@ class LabelSource(ABC):
             num_classes,
             transition=self.transition,
             noise=self.describe(),
-            rate=self.rate_nominal,
+            rate_nominal=self.rate_nominal,
             remedy=self.remedy(),
             real_labels=self.real_labels,
         )
@@ -141,7 +92,7 @@ class LabelSource(ABC):
 
     def describe(self) -> str:
         """What made the labels, in the words of the options, for messages."""
-        return f"the {self.kind} labels"
+        return f"the {self.noise_type} labels"
 
     def remedy(self) -> str:
         """What to do about labels that cannot be learned, for messages."""
@@ -170,7 +121,7 @@ class LabelSource(ABC):
         summary, not per batch (:attr:`rate_nominal` costs nothing)."""
         clean, noisy, _ = self._require()
         known = clean >= 0
-        return noise_rate(clean[known], noisy[known]) if bool(known.any()) else None
+        return corrupt.rate_actual(clean[known], noisy[known]) if bool(known.any()) else None
 
     def empirical_transition(self) -> Tensor | None:
         """Row-stochastic measured T over the samples with a known clean label (``None`` where
@@ -184,59 +135,53 @@ class LabelSource(ABC):
 
 
 class SyntheticNoise(LabelSource):
-    """Synthetic noise of ``noise_type`` at nominal ``rate``, drawn with the noise ``seed``.
+    """Noise of the generated kind ``noise_type`` at ``rate_nominal``, drawn with the noise
+    ``seed`` (:meth:`~noisylabels.noise.kinds.NoiseKind.make_labels`).
 
-    ``flips`` is the dataset's semantic flip map (``{clean class: noisy class}``, needed by
-    ``semantic``); ``features`` (a tensor, or a callable returning one, so it is only computed
-    when needed) feeds ``instance`` noise (PTD, Xia et al. 2020) with one feature row per sample
-    at the raw pixel scale.
+    ``flips`` is the dataset's semantic flip map (``{clean class: noisy class}``, for a kind
+    that ``needs_flips``); ``features`` (a tensor, or a callable returning one, so it is only
+    computed when needed) feeds a kind that ``needs_features`` (``instance``: PTD, Xia et al.
+    2020) with one feature row per sample at the raw pixel scale.
     """
-
-    kind: ClassVar[str] = "synthetic"
 
     def __init__(
         self,
         noise_type: str,
-        rate: float,
+        rate_nominal: float,
         seed: int,
         flips: Mapping[int, int] | None = None,
-        features: Tensor | Callable[[], Tensor] | None = None,
+        features: Features | None = None,
     ) -> None:
-        super().__init__()
-        if noise_type not in SYNTHETIC_TYPES:
+        super().__init__(noise_type)
+        self.kind: NoiseKind = noise_kind(noise_type)
+        if not self.kind.generated:
+            generated = ", ".join(k.name for k in NOISE_KINDS.values() if k.generated)
             raise InputError(
-                f"noise type {noise_type!r} is not synthetic; choose one of {SYNTHETIC_TYPES}"
+                f"noise type {noise_type!r} is not generated; choose one of {generated}"
             )
-        if noise_type == "semantic" and not flips:
-            raise InputError("semantic noise needs the dataset's flip map; this one has none")
-        self.noise_type = noise_type
-        self.rate = float(rate)
+        if self.kind.needs_flips and not flips:
+            raise InputError(
+                f"{noise_type} noise needs the dataset's flip map (semantic_flips); this one "
+                "has none"
+            )
+        self._rate_nominal = float(rate_nominal)
         self.seed = int(seed)
         self.flips = dict(flips) if flips else None
         self._features = features
 
     def _make(self, clean: Tensor, num_classes: int) -> Tensor:
-        features = None
-        if self.noise_type == "instance":
-            features = self._features() if callable(self._features) else self._features
-        noisy, self.transition = make_noisy_labels(
-            clean,
-            self.noise_type,
-            self.rate,
-            num_classes,
-            seed=self.seed,
-            flips=self.flips,
-            features=features,
+        noisy, self.transition = self.kind.make_labels(
+            clean, num_classes, self._rate_nominal, self.seed, self.flips, self._features
         )
         return noisy
 
     @property
     def rate_nominal(self) -> float:
-        """The configured rate ``rate``."""
-        return self.rate
+        """The rate the noise was asked for (``--data.noise_rate``)."""
+        return self._rate_nominal
 
     def describe(self) -> str:
-        return f"{self.noise_type} noise at --data.noise_rate {self.rate:g}"
+        return self.kind.describe(self._rate_nominal)
 
     def remedy(self) -> str:
         return "Lower --data.noise_rate."
@@ -255,11 +200,10 @@ class FileLabels(LabelSource):
     """Noisy labels read from ``path`` (entry ``key`` of a dict-valued ``.pt`` file), in
     training-set order; e.g. CIFAR-10N's ``worse_label`` (Wei et al. 2022)."""
 
-    kind: ClassVar[str] = "file"
     real_labels: ClassVar[bool] = True
 
-    def __init__(self, path: str | Path, key: str | None = None) -> None:
-        super().__init__()
+    def __init__(self, path: str | Path, key: str | None = None, noise_type: str = "file") -> None:
+        super().__init__(noise_type)
         self.path = Path(path).expanduser()
         self.key = key
 
@@ -280,7 +224,7 @@ class FileLabels(LabelSource):
         """``type: file``, the ``file`` and ``key``, no nominal rate, and the rate measured
         against the clean labels."""
         return {
-            "type": "file",
+            "type": self.noise_type,
             "file": str(self.path),
             "key": self.key,
             "rate_nominal": self.rate_nominal,
@@ -292,11 +236,12 @@ class ShippedLabels(LabelSource):
     """Real noisy labels that come with the dataset (e.g. Clothing1M, Xiao et al. 2015), in
     training-set order; the clean label of a sample may be unknown (``-1``)."""
 
-    kind: ClassVar[str] = "real"
     real_labels: ClassVar[bool] = True
 
-    def __init__(self, labels: Tensor, dataset: str = "the dataset") -> None:
-        super().__init__()
+    def __init__(
+        self, labels: Tensor, dataset: str = "the dataset", noise_type: str = "real"
+    ) -> None:
+        super().__init__(noise_type)
         self.labels = torch.as_tensor(labels).long()
         self.dataset = dataset
 
@@ -311,7 +256,7 @@ class ShippedLabels(LabelSource):
         return self.labels
 
     def describe(self) -> str:
-        return f"the noisy labels {self.dataset} ships (--data.noise_type real)"
+        return f"the noisy labels {self.dataset} ships (--data.noise_type {self.noise_type})"
 
     def remedy(self) -> str:
         return f"Check the label lists of {self.dataset}."
@@ -320,8 +265,36 @@ class ShippedLabels(LabelSource):
         """``type: real``, no nominal rate, the rate over the samples with a known clean label
         and how many those are (``clean_known``)."""
         return {
-            "type": "real",
+            "type": self.noise_type,
             "rate_nominal": self.rate_nominal,
             "rate_actual": self.rate_actual,
             "clean_known": self.clean_known,
         }
+
+
+def label_source(
+    noise_type: str,
+    *,
+    rate_nominal: float = 0.0,
+    seed: int = 0,
+    flips: Mapping[int, int] | None = None,
+    features: Features | None = None,
+    noise_file: str | Path | None = None,
+    noise_file_key: str | None = None,
+    shipped: Tensor | None = None,
+    dataset: str = "the dataset",
+) -> LabelSource:
+    """The label source of the noise kind ``noise_type``, by its origin: :class:`FileLabels`
+    (``noise_file``, ``noise_file_key``), :class:`ShippedLabels` (the dataset's ``shipped``
+    labels) or :class:`SyntheticNoise` (``rate_nominal``, the noise ``seed``, the dataset's
+    ``flips`` and training ``features`` where the kind needs them)."""
+    kind = noise_kind(noise_type)
+    if kind.origin == FILE:
+        if not noise_file:
+            raise InputError(f"--data.noise_type {kind.name} needs --data.noise_file PATH")
+        return FileLabels(noise_file, noise_file_key, noise_type=kind.name)
+    if kind.origin == SHIPPED:
+        if shipped is None:
+            raise InputError(f"{dataset} loaded no noisy labels")
+        return ShippedLabels(shipped, dataset=dataset, noise_type=kind.name)
+    return SyntheticNoise(kind.name, rate_nominal, seed, flips=flips, features=features)

@@ -39,6 +39,7 @@ from noisylabels.errors import InputError
 __all__ = [
     "majority_violations",
     "clean_majority_limit",
+    "check_transition_majority",
     "check_clean_majority",
     "check_class_coverage",
 ]
@@ -68,16 +69,16 @@ def majority_violations(T: Tensor) -> list[tuple[int, int]]:
     return [(i, int(where[i])) for i in bad]
 
 
-def clean_majority_limit(T: Tensor, rate: float) -> float | None:
+def clean_majority_limit(T: Tensor, rate_nominal: float) -> float | None:
     """The noise rate below which the clean class stays the majority of every row, for noise
-    of the form ``T = (1 - rate) I + rate S`` (symmetric, pair, asymmetric, semantic; ``S``
-    row-stochastic with a zero diagonal, the distribution of a flipped label): ``1 / (1 + max
-    S)``. ``T`` is row-stochastic (``T[i, j] = P(noisy=j | clean=i)``); ``None`` where
-    ``rate`` is 0 (``S`` cannot be read off ``T``)."""
-    if rate <= 0:
+    of the form ``T = (1 - rate_nominal) I + rate_nominal S`` (symmetric, pair, asymmetric,
+    semantic; ``S`` row-stochastic with a zero diagonal, the distribution of a flipped label):
+    ``1 / (1 + max S)``. ``T`` is row-stochastic (``T[i, j] = P(noisy=j | clean=i)``); ``None``
+    where ``rate_nominal`` is 0 (``S`` cannot be read off ``T``)."""
+    if rate_nominal <= 0:
         return None
     T = torch.as_tensor(T).detach().double().cpu()
-    share = T.masked_fill(torch.eye(T.shape[0], dtype=torch.bool), 0.0).max() / rate
+    share = T.masked_fill(torch.eye(T.shape[0], dtype=torch.bool), 0.0).max() / rate_nominal
     return float(1.0 / (1.0 + share))
 
 
@@ -119,13 +120,49 @@ def _measured_failures(
     return clauses
 
 
+def check_transition_majority(
+    transition: Tensor,
+    noise: str = "the noise",
+    rate_nominal: float | None = None,
+    remedy: str = "",
+) -> None:
+    """Refuse a class-level T in which the clean class is not the majority of some row: every
+    row's diagonal entry must exceed the rest of the row. ``transition`` is row-stochastic
+    (``T[i, j] = P(noisy=j | clean=i)``); ``noise`` says what made it, for the message
+    (``"asymmetric noise at --data.noise_rate 0.99"``); ``rate_nominal`` names the limit
+    (:func:`clean_majority_limit`); ``remedy`` ends the message. Needs no labels, so a noise
+    kind with a class-level T checks it with its options, before any data is read. Raises
+    :class:`~noisylabels.errors.InputError` naming the rows."""
+    T = torch.as_tensor(transition).detach().double().cpu()
+    bad = majority_violations(T)
+    if not bad:
+        return
+    end = f" {remedy}" if remedy else ""
+    i, j = bad[0]
+    rows = f"row {i}" if len(bad) == 1 else f"rows {_listed([r for r, _ in bad])}"
+    limit = None if rate_nominal is None else clean_majority_limit(T, rate_nominal)
+    below = (
+        ""
+        if limit is None
+        else f" With this noise the clean class stays the majority below a rate of "
+        f"{limit:.4g}; the rate given is {rate_nominal:g}."
+    )
+    raise InputError(
+        f"{noise}: another class is the most frequent noisy label of a clean class: "
+        f"{rows} of T (T[i, j] = P(noisy=j | clean=i)) {'has' if len(bad) == 1 else 'have'} "
+        f"no diagonal entry above the rest, e.g. T[{i}, {i}] = {T[i, i]:.4g} <= T[{i}, {j}] "
+        f"= {T[i, j]:.4g}, so a network fitting the labels learns class {j} for images of "
+        f"class {i}.{below}{end}"
+    )
+
+
 def check_clean_majority(
     noisy: Tensor,
     clean: Tensor,
     num_classes: int,
     transition: Tensor | None = None,
     noise: str = "the noisy labels",
-    rate: float | None = None,
+    rate_nominal: float | None = None,
     remedy: str = "",
     real_labels: bool = False,
 ) -> None:
@@ -137,12 +174,13 @@ def check_clean_majority(
         clean: their clean labels, ``-1`` where unknown.
         num_classes: C.
         transition: the class-level T the labels were drawn from (row-stochastic,
-            ``T[i, j] = P(noisy=j | clean=i)``), checked row by row; ``None``: the measured T
+            ``T[i, j] = P(noisy=j | clean=i)``), checked row by row
+            (:func:`check_transition_majority`); ``None``: the measured T
             of the samples with a known clean label is checked (nothing to check where none is
             known).
         noise: what made the labels, for the message (``"asymmetric noise at --data.noise_rate
             0.99"``).
-        rate: the nominal noise rate, to name the limit (:func:`clean_majority_limit`).
+        rate_nominal: the nominal noise rate, to name the limit (:func:`clean_majority_limit`).
         remedy: what to do, ending the message.
         real_labels: the labels are those of real labellers (a label file, labels shipped with
             a dataset): on the measured T, a class fails only where its label also marks
@@ -150,28 +188,10 @@ def check_clean_majority(
 
     Raises :class:`~noisylabels.errors.InputError` naming the rows or classes.
     """
-    end = f" {remedy}" if remedy else ""
     if transition is not None:
-        T = torch.as_tensor(transition).detach().double().cpu()
-        bad = majority_violations(T)
-        if not bad:
-            return
-        i, j = bad[0]
-        rows = f"row {i}" if len(bad) == 1 else f"rows {_listed([r for r, _ in bad])}"
-        limit = None if rate is None else clean_majority_limit(T, rate)
-        below = (
-            ""
-            if limit is None
-            else f" With this noise the clean class stays the majority below a rate of "
-            f"{limit:.4g}; the rate given is {rate:g}."
-        )
-        raise InputError(
-            f"{noise}: another class is the most frequent noisy label of a clean class: "
-            f"{rows} of T (T[i, j] = P(noisy=j | clean=i)) {'has' if len(bad) == 1 else 'have'} "
-            f"no diagonal entry above the rest, e.g. T[{i}, {i}] = {T[i, i]:.4g} <= T[{i}, {j}] "
-            f"= {T[i, j]:.4g}, so a network fitting the labels learns class {j} for images of "
-            f"class {i}.{below}{end}"
-        )
+        check_transition_majority(transition, noise, rate_nominal, remedy)
+        return
+    end = f" {remedy}" if remedy else ""
     clean = torch.as_tensor(clean).long().cpu()
     noisy = torch.as_tensor(noisy).long().cpu()
     if not bool((clean >= 0).any()):

@@ -22,15 +22,13 @@ from noisylabels.errors import InputError, MissingFileError, load_error_summary
 from .text_files import read_text
 
 __all__ = [
-    "NOISE_TYPES",
     "symmetric_transition",
     "symmetric_limit",
-    "check_symmetric_rate",
+    "check_rate_below",
     "pair_transition",
     "asymmetric_transition",
     "semantic_transition",
     "superclass_flips",
-    "build_transition",
     "check_transition",
     "to_column_stochastic",
     "from_column_stochastic",
@@ -38,9 +36,9 @@ __all__ = [
     "save_transition",
 ]
 
-NOISE_TYPES = ("none", "symmetric", "pair", "asymmetric", "semantic", "instance", "file", "real")
-"""Noise types: the synthetic ones, ``file`` (labels read from a file) and ``real`` (noisy labels
-shipped with the dataset, e.g. Clothing1M). Only synthetic types are generated here."""
+SINGLE_TARGET_LIMIT = 0.5
+"""The rate from which a class that flips to one other class (pair and semantic noise) is no
+longer the majority of its noisy labels."""
 
 
 def _check_num_classes(num_classes: int) -> int:
@@ -49,11 +47,11 @@ def _check_num_classes(num_classes: int) -> int:
     return int(num_classes)
 
 
-def _check_rate(rate: float) -> float:
-    rate = float(rate)
-    if not (0.0 <= rate < 1.0):  # also rejects NaN
-        raise ValueError(f"noise rate must be in [0, 1), got {rate}")
-    return rate
+def _check_rate(rate_nominal: float) -> float:
+    rate_nominal = float(rate_nominal)
+    if not (0.0 <= rate_nominal < 1.0):  # also rejects NaN
+        raise ValueError(f"noise rate must be in [0, 1), got {rate_nominal}")
+    return rate_nominal
 
 
 def symmetric_limit(num_classes: int) -> float:
@@ -62,67 +60,77 @@ def symmetric_limit(num_classes: int) -> float:
     return (num_classes - 1) / num_classes
 
 
-def check_symmetric_rate(rate: float, num_classes: int) -> None:
-    """Refuse a symmetric noise rate at or above :func:`symmetric_limit` (the labels then carry
-    no information about the clean class, or point away from it), naming the limit."""
-    limit = symmetric_limit(num_classes)
-    if rate >= limit:
+def check_rate_below(
+    noise_type: str,
+    rate_nominal: float,
+    limit: float,
+    formula: str,
+    num_classes: int | None = None,
+) -> None:
+    """Refuse a nominal rate at or above ``limit`` (written ``formula`` in the message, with its
+    value for ``num_classes`` classes where it depends on them): from there on the clean class
+    is no longer the most frequent noisy label. Raises :class:`~noisylabels.errors.InputError`
+    naming ``--data.noise_rate``."""
+    if rate_nominal >= limit:
+        value = "" if num_classes is None else f" = {limit:.4g} for C = {num_classes} classes"
         raise InputError(
-            f"symmetric noise needs --data.noise_rate < (C-1)/C = {limit:.4g} for C = "
-            f"{num_classes} classes so the clean class stays the most frequent label; got {rate}"
+            f"{noise_type} noise needs --data.noise_rate < {formula}{value} so the clean class "
+            f"stays the most frequent label; got {rate_nominal}"
         )
 
 
-def symmetric_transition(num_classes: int, rate: float) -> Tensor:
+def symmetric_transition(num_classes: int, rate_nominal: float) -> Tensor:
     """Symmetric (uniform) noise, e.g. Patrini et al. 2017 / Han et al. 2018.
 
-    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``) with ``T[i, i] = 1 - rate``
-    and ``T[i, j] = rate / (C - 1)`` for ``j != i``. The true class is excluded from the flip
-    targets, so the expected fraction of flipped labels equals ``rate`` (libraries that include it
-    flip only ``rate * (C - 1) / C``). ``rate`` must be below ``(C - 1) / C`` (see
-    :func:`check_symmetric_rate`).
+    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``) with
+    ``T[i, i] = 1 - rate_nominal`` and ``T[i, j] = rate_nominal / (C - 1)`` for ``j != i``. The
+    true class is excluded from the flip targets, so the expected fraction of flipped labels
+    equals ``rate_nominal`` (libraries that include it flip only ``rate_nominal * (C - 1) / C``).
+    ``rate_nominal`` must be below ``(C - 1) / C`` (:func:`symmetric_limit`; else
+    :class:`~noisylabels.errors.InputError`).
     """
     c = _check_num_classes(num_classes)
-    rate = _check_rate(rate)
-    check_symmetric_rate(rate, c)
-    T = torch.full((c, c), rate / (c - 1))
-    T.fill_diagonal_(1.0 - rate)
+    rate_nominal = _check_rate(rate_nominal)
+    check_rate_below("symmetric", rate_nominal, symmetric_limit(c), "(C-1)/C", c)
+    T = torch.full((c, c), rate_nominal / (c - 1))
+    T.fill_diagonal_(1.0 - rate_nominal)
     return T
 
 
-def pair_transition(num_classes: int, rate: float) -> Tensor:
+def pair_transition(num_classes: int, rate_nominal: float) -> Tensor:
     """Pair-flip noise (Han et al. 2018, Co-teaching).
 
-    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``) with ``T[i, i] = 1 - rate``
-    and ``T[i, (i + 1) % C] = rate``. ``rate`` must be < 0.5 so the clean class stays the majority
-    of each row; otherwise ``ValueError``.
+    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``) with
+    ``T[i, i] = 1 - rate_nominal`` and ``T[i, (i + 1) % C] = rate_nominal``. ``rate_nominal``
+    must be < 0.5 (:data:`SINGLE_TARGET_LIMIT`) so the clean class stays the majority of each
+    row; else :class:`~noisylabels.errors.InputError`.
     """
     c = _check_num_classes(num_classes)
-    rate = _check_rate(rate)
-    if rate >= 0.5:
-        raise ValueError(
-            f"pair noise rate must be < 0.5 so the clean class stays the majority, got {rate}"
-        )
+    rate_nominal = _check_rate(rate_nominal)
+    check_rate_below("pair", rate_nominal, SINGLE_TARGET_LIMIT, f"{SINGLE_TARGET_LIMIT:g}")
     idx = torch.arange(c)
     T = torch.zeros(c, c)
-    T[idx, idx] = 1.0 - rate
-    T[idx, (idx + 1) % c] = rate
+    T[idx, idx] = 1.0 - rate_nominal
+    T[idx, (idx + 1) % c] = rate_nominal
     return T
 
 
-def asymmetric_transition(num_classes: int, rate: float, generator: torch.Generator) -> Tensor:
+def asymmetric_transition(
+    num_classes: int, rate_nominal: float, generator: torch.Generator
+) -> Tensor:
     """Random asymmetric noise as in VolMinNet (Li et al. 2021), but seeded.
 
-    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``): ``T[i, i] = 1 - rate``;
-    the off-diagonal entries of each row are drawn from U(0.1, 1) with ``generator`` and rescaled
-    to sum to ``rate``. (The reference implementation draws them from an unseeded global RNG.)
+    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``):
+    ``T[i, i] = 1 - rate_nominal``; the off-diagonal entries of each row are drawn from
+    U(0.1, 1) with ``generator`` and rescaled to sum to ``rate_nominal``. (The reference
+    implementation draws them from an unseeded global RNG.)
     """
     c = _check_num_classes(num_classes)
-    rate = _check_rate(rate)
+    rate_nominal = _check_rate(rate_nominal)
     off = torch.rand(c, c, generator=generator, dtype=torch.float64) * 0.9 + 0.1
     off.fill_diagonal_(0.0)
-    off = off / off.sum(dim=1, keepdim=True) * rate
-    T = off + torch.eye(c, dtype=torch.float64) * (1.0 - rate)
+    off = off / off.sum(dim=1, keepdim=True) * rate_nominal
+    T = off + torch.eye(c, dtype=torch.float64) * (1.0 - rate_nominal)
     return T.float()
 
 
@@ -145,16 +153,17 @@ def superclass_flips(coarse: Sequence[int]) -> dict[int, int]:
     return flips
 
 
-def semantic_transition(flips: Mapping[int, int], num_classes: int, rate: float) -> Tensor:
+def semantic_transition(flips: Mapping[int, int], num_classes: int, rate_nominal: float) -> Tensor:
     """Semantic class-pair flips (Patrini et al. 2017, their "asymmetric" noise).
 
     Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``) where each class ``i``
-    with a partner ``j = flips[i]`` flips to it with probability ``rate`` (``T[i, i] = 1 - rate``,
-    ``T[i, j] = rate``) and every other class keeps ``T[i, i] = 1``. Each data module declares
-    its own map (``semantic_flips``, e.g. MNIST 2->7, 3->8, 5<->6, 7->1).
+    with a partner ``j = flips[i]`` flips to it with probability ``rate_nominal``
+    (``T[i, i] = 1 - rate_nominal``, ``T[i, j] = rate_nominal``) and every other class keeps
+    ``T[i, i] = 1``. Each data module declares its own map (``semantic_flips``, e.g. MNIST
+    2->7, 3->8, 5<->6, 7->1).
     """
     c = _check_num_classes(num_classes)
-    rate = _check_rate(rate)
+    rate_nominal = _check_rate(rate_nominal)
     if not flips:
         raise ValueError("semantic noise needs a non-empty flip map {clean class: noisy class}")
     T = torch.eye(c)
@@ -164,42 +173,9 @@ def semantic_transition(flips: Mapping[int, int], num_classes: int, rate: float)
                 f"semantic flip {src} -> {dst} is not a pair of different classes in "
                 f"[0, {c - 1}] (num_classes={c})"
             )
-        T[src, src] = 1.0 - rate
-        T[src, dst] = rate
+        T[src, src] = 1.0 - rate_nominal
+        T[src, dst] = rate_nominal
     return T
-
-
-def build_transition(
-    noise_type: str,
-    num_classes: int,
-    rate: float,
-    seed: int = 0,
-    flips: Mapping[int, int] | None = None,
-) -> Tensor | None:
-    """Build the class-level transition matrix of a synthetic noise type.
-
-    Returns a row-stochastic ``T`` (``T[i, j] = P(noisy=j | clean=i)``): identity for ``"none"``,
-    ``None`` for ``"instance"``, ``"file"`` and ``"real"`` (no class-level T exists).
-    ``"asymmetric"`` is drawn with ``torch.Generator().manual_seed(seed)``; ``"semantic"`` needs
-    the dataset's ``flips``. Raises ``ValueError`` for an unknown type or a rate outside [0, 1).
-    """
-    if noise_type not in NOISE_TYPES:
-        raise ValueError(f"unknown noise type {noise_type!r}; expected one of {NOISE_TYPES}")
-    c = _check_num_classes(num_classes)
-    rate = _check_rate(rate)
-    if noise_type == "none":
-        return torch.eye(c)
-    if noise_type == "symmetric":
-        return symmetric_transition(c, rate)
-    if noise_type == "pair":
-        return pair_transition(c, rate)
-    if noise_type == "asymmetric":
-        return asymmetric_transition(c, rate, torch.Generator().manual_seed(int(seed)))
-    if noise_type == "semantic":
-        if not flips:
-            raise ValueError("semantic noise needs the dataset's flip map (flips=...)")
-        return semantic_transition(flips, c, rate)
-    return None  # instance, file, real
 
 
 def check_transition(T: Tensor, num_classes: int | None = None, atol: float = 1e-4) -> Tensor:

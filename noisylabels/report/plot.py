@@ -24,9 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noisylabels.callbacks.subset_stats import CSV_FILE
+from noisylabels.report.collect import RESULTS_FILE, VRNL_SUFFIX
 from noisylabels.report.writing import out_error
 
+# the statistics file of a run folder, as SubsetStatistics names it
+# (noisylabels.callbacks.subset_stats.CSV_FILE); named here, as report names the files it reads,
+# so that plotting loads neither torch nor Lightning
+CSV_FILE = "subsets.csv"
 KINDS = ("loss", "posteriors")
 SUFFIXES = (".png", ".pdf", ".svg")
 MARKER = "subsets/loss_mean/correct"  # a tag every run with the callback has
@@ -86,18 +90,41 @@ def find_statistics_dir(run_dir: Path) -> Path:
     return newest
 
 
-def default_label(event_dir: Path) -> str:
-    """``Method, α = a`` from the run's saved ``config.yaml``, else the folder name."""
+def _run_method(event_dir: Path) -> tuple[str | None, float | None]:
+    """The run's method as ``results.json`` names it (``Forward-VRNL``; for a run not finished
+    yet, its class with ``-VRNL`` where α is not 0) and its α, from the run's files."""
+    import json
+
     import yaml
 
-    config = event_dir / "config.yaml"
-    if config.is_file():
-        cfg = yaml.safe_load(config.read_text()) or {}
-        model = cfg.get("model") or {}
+    args: dict[str, Any] = {}
+    method = None
+    try:
+        config = yaml.safe_load((event_dir / "config.yaml").read_text()) or {}
+        model = config.get("model") or {}
         args = model.get("init_args") or {}
-        method = str(model.get("class_path", "")).rsplit(".", 1)[-1]
-        if method and "alpha" in args:
-            return f"{method}, α = {args['alpha']:g}".replace("-", "\u2212")  # minus sign
+        method = str(model.get("class_path", "")).rsplit(".", 1)[-1] or None
+    except (OSError, yaml.YAMLError, AttributeError):
+        pass
+    alpha = args.get("alpha") if isinstance(args.get("alpha"), (int, float)) else None
+    if method and alpha:
+        method += VRNL_SUFFIX
+    try:
+        results = json.loads((event_dir / RESULTS_FILE).read_text())
+        method = str(results["method"]) if isinstance(results, dict) else method
+    except (OSError, ValueError, KeyError):
+        pass
+    return method, alpha
+
+
+def default_label(event_dir: Path) -> str:
+    """The method as ``results.json`` and ``noisylabels report`` name it, with α where it is not
+    0 (``Forward-VRNL (α = −0.1)``, ``Forward``), else the folder name."""
+    method, alpha = _run_method(event_dir)
+    if method and alpha:
+        return f"{method} (α = {alpha:g})".replace("= -", "= \u2212")  # a minus sign
+    if method:
+        return method
     return event_dir.parent.name if event_dir.name.startswith("version_") else event_dir.name
 
 
@@ -119,16 +146,26 @@ def read_csv_series(path: Path) -> dict[str, tuple[list[int], list[float]]]:
 
 def read_event_series(folder: Path) -> dict[str, tuple[list[int], list[float]]]:
     """The ``subsets/*`` scalars of the event files in ``folder``, as :func:`read_csv_series`
-    returns them (a step logged twice keeps its last value)."""
+    returns them (a step logged twice keeps its last value). Their epochs are those Lightning
+    logged as ``epoch`` at the same steps; runs that logged them at step = epoch (older ones)
+    are read as such."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
     acc.Reload()
+    tags = acc.Tags()["scalars"]
+    epoch_at = {e.step: int(e.value) for e in acc.Scalars("epoch")} if "epoch" in tags else {}
+    marked = sorted({e.step for e in acc.Scalars(MARKER)}) if MARKER in tags else []
+    epochs = [epoch_at.get(s) for s in marked]
+    by_epoch = bool(epochs) and None not in epochs
+    by_epoch = by_epoch and all(a < b for a, b in zip(epochs[:-1], epochs[1:], strict=True))
     series = {}
-    for name in acc.Tags()["scalars"]:
+    for name in tags:
         if not name.startswith("subsets/"):
             continue
         by_step = {e.step: e.value for e in acc.Scalars(name)}
+        if by_epoch:
+            by_step = {epoch_at[s]: v for s, v in sorted(by_step.items()) if s in epoch_at}
         steps = sorted(by_step)
         series[name] = ([s + 1 for s in steps], [by_step[s] for s in steps])
     return series
@@ -271,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--labels",
         nargs="+",
         metavar="LABEL",
-        help="panel titles, one per RUN_DIR (default: method and alpha from config.yaml)",
+        help="panel titles, one per RUN_DIR (default: the method as results.json and report "
+        "name it, with alpha where it is not 0)",
     )
     parser.add_argument("--title", help="figure title")
     return parser

@@ -86,37 +86,22 @@ def _paper_value(
 def main_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
     """Mean ± std (n) per cell, the best mean per column bold; the paper's numbers beside each
     column where ``paper`` is given."""
-    header = list(g.rows)
-    for col in g.col_keys:
-        header += [_label(col)] + (["paper"] if paper is not None else [])
-    out = Table(title, header, [])
-    for i, row in enumerate(g.row_keys):
-        line = [DASH if v is None else str(v) for v in row]
-        for col in g.col_keys:
-            cell = g.cell(row, col)
-            if cell is not None and cell.mean == g.best(col):
-                out.bold.add((i, len(line)))
-            line.append(fmt_cell(cell))
-            if paper is not None:
-                line.append(fmt_paper(_paper_value(paper, g.fields(row, col))))
-        out.rows.append(line)
-    out.notes.append("test accuracy (%), mean ± std over seeds (n − 1), (n) seeds; bold: best")
-    return out
+    return side_by_side([g], None, paper, title)
 
 
 def side_by_side(
-    groups: Sequence[Grouped], names: Sequence[str], paper: Mapping | None, title: str
+    groups: Sequence[Grouped], names: Sequence[str] | None, paper: Mapping | None, title: str
 ) -> Table:
-    """The cells of several metrics (``groups``, one per metric, named ``names``) of the same
-    rows and columns in one table: each column once per metric, e.g. the selected checkpoint's
-    accuracy beside the last epoch's; the best mean of each bold; the paper's number once per
-    column where ``paper`` is given."""
+    """The cells of several metrics (``groups``, one per metric, named ``names``; one group:
+    ``None``) of the same rows and columns in one table: each column once per metric, e.g. the
+    selected checkpoint's accuracy beside the last epoch's; the best mean of each bold; the
+    paper's number once per column where ``paper`` is given."""
     first = groups[0]
     row_keys = list(dict.fromkeys(k for g in groups for k in g.row_keys))
     col_keys = list(dict.fromkeys(k for g in groups for k in g.col_keys))
     header = list(first.rows)
     for col in col_keys:
-        header += [f"{_label(col)} ({name})" for name in names]
+        header += [f"{_label(col)} ({name})" for name in names] if names else [_label(col)]
         header += ["paper"] if paper is not None else []
     out = Table(title, header, [])
     for i, row in enumerate(row_keys):
@@ -130,9 +115,7 @@ def side_by_side(
             if paper is not None:
                 line.append(fmt_paper(_paper_value(paper, first.fields(row, col))))
         out.rows.append(line)
-    out.notes.append(
-        "test accuracy (%), mean ± std over seeds (n − 1), (n) seeds; bold: best of its column"
-    )
+    out.notes.append("test accuracy (%), mean ± std over seeds (n − 1), (n) seeds; bold: best")
     return out
 
 

@@ -12,11 +12,31 @@ SLURM :mod:`~noisylabels.run.stops`; atomic writes and a full disk
 :mod:`~noisylabels.run.storage`.
 """
 
-from noisylabels.run.artifacts import run_dir
-from noisylabels.run.checkpoints import WarmupAwareCheckpoint
-from noisylabels.run.fit import attach_callbacks, fit_and_test, run_callbacks
-from noisylabels.run.record import RunRecorder
-from noisylabels.run.results import build_results
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from noisylabels.lazy import exports
+
+if TYPE_CHECKING:
+    from noisylabels.run.artifacts import run_dir
+    from noisylabels.run.checkpoints import WarmupAwareCheckpoint
+    from noisylabels.run.fit import attach_callbacks, fit_and_test, run_callbacks
+    from noisylabels.run.record import RunRecorder
+    from noisylabels.run.results import build_results
+
+# name -> the module defining it. The names are imported on first use (PEP 562), not with the
+# package: every module of the package imports this file first, and the commands that need no
+# training (a sweep's dry run, its hashes of commands) would otherwise load Lightning with it.
+EXPORTS = {
+    "RunRecorder": "noisylabels.run.record",
+    "WarmupAwareCheckpoint": "noisylabels.run.checkpoints",
+    "attach_callbacks": "noisylabels.run.fit",
+    "build_results": "noisylabels.run.results",
+    "fit_and_test": "noisylabels.run.fit",
+    "run_callbacks": "noisylabels.run.fit",
+    "run_dir": "noisylabels.run.artifacts",
+}
 
 __all__ = [
     "RunRecorder",
@@ -27,3 +47,6 @@ __all__ = [
     "run_callbacks",
     "run_dir",
 ]
+
+
+__getattr__, __dir__ = exports(__name__, EXPORTS)

@@ -15,15 +15,16 @@ from noisylabels.callbacks import SampleDynamics
 from noisylabels.callbacks.folder import run_dir
 from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
+from noisylabels.run.rules import DYNAMICS_FILE, ERROR_FILE, ESTIMATE_FILE, NOISE_FILE
 
-ESTIMATE_FILE = "transition_estimate.csv"
-ERROR_FILE = "transition_estimate.json"
 HP_METRIC = "hp_metric"  # the metric of TensorBoard's HParams tab
-DYNAMICS_FILE = "sample_dynamics.pt"
-NOISE_FILE = "noise.pt"
 DYNAMICS_VERSION = 1
 
 __all__ = [
+    "DYNAMICS_FILE",
+    "ERROR_FILE",
+    "ESTIMATE_FILE",
+    "NOISE_FILE",
     "log_hp_metric",
     "noise_record",
     "run_dir",

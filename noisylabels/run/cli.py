@@ -32,6 +32,7 @@ from noisylabels.methods import NoisyLabelMethod, describe_methods
 from noisylabels.methods.core.groups import OPTION_GROUPS, option_group_of
 from noisylabels.run import identity, resume
 from noisylabels.run.artifacts import run_dir
+from noisylabels.run.chatter import drop_tips
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
 from noisylabels.run.compose import (
     ComposedConfigFile,
@@ -40,7 +41,9 @@ from noisylabels.run.compose import (
     schedule_epochs,
 )
 from noisylabels.run.defaults import class_path
+from noisylabels.run.devices import device_error
 from noisylabels.run.fit import fit_and_test
+from noisylabels.run.loggers import fill_save_dirs, logger_keys, share_run_folder
 from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
 from noisylabels.run.rules import check_run_length, folder_problem
 
@@ -69,6 +72,20 @@ def methods_help() -> str:
         "Methods: --model NAME (or noisylabels.methods.NAME); its options: --model.help NAME\n"
         + "\n".join("  " + line for line in lines)
     )
+
+
+class NoisyLabelsParser(LightningArgumentParser):
+    """Lightning's parser, accepting a logger that requires a ``save_dir`` and was given none
+    (``--trainer.logger CSVLogger``): the CLI sets it to the run's root before the logger is
+    built (:mod:`noisylabels.run.loggers`)."""
+
+    def validate(self, namespace: Any, *args: Any, **kwargs: Any) -> None:
+        keys = logger_keys(namespace) if kwargs.get("branch") is None else []
+        if keys:
+            namespace = namespace.clone()
+            for key in keys:  # any folder will do for the check; the root is set later
+                fill_save_dirs(namespace[key], ".")
+        super().validate(namespace, *args, **kwargs)
 
 
 class NoisyLabelsCLI(LightningCLI):
@@ -195,8 +212,10 @@ class NoisyLabelsCLI(LightningCLI):
         schedule, warm-up + main + revision (:func:`~noisylabels.run.compose.schedule_epochs`);
         ``--trainer.precision`` left unset: ``bf16-mixed`` where the run trains on a CUDA GPU
         with bf16 support, Lightning's ``32-true`` elsewhere; and ``--trainer.default_root_dir``
-        left unset: ``runs/<dataset>_<method>``. The resolved values are what ``config.yaml``
-        records. Refuse a fit that would train forever or whose folder cannot be made."""
+        left unset: ``runs/<dataset>_<method>``; a logger that requires a ``save_dir`` and has
+        none writes under that root, as the default logger does (:mod:`noisylabels.run.loggers`).
+        The resolved values are what ``config.yaml`` records. Refuse a fit that would train
+        forever or whose folder cannot be made."""
         config = self.config.get(self.subcommand, self.config)
         trainer = config.get("trainer")
         if trainer is not None and trainer.get("max_epochs") is None and config.get("model"):
@@ -207,6 +226,8 @@ class NoisyLabelsCLI(LightningCLI):
             trainer["default_root_dir"] = str(default_root_dir(config))
         if self.subcommand != "fit" and trainer is not None and trainer.get("logger") is None:
             trainer["logger"] = False  # an evaluation starts no run folder of its own
+        if trainer is not None:
+            fill_save_dirs(trainer.get("logger"), str(trainer["default_root_dir"]))
         if self.subcommand == "fit" and trainer is not None:
             check_run_length(trainer)
             problem = folder_problem(Path(trainer["default_root_dir"]))
@@ -267,7 +288,9 @@ class NoisyLabelsCLI(LightningCLI):
                     "rewritten: it continues from its last.ckpt in a new run folder",
                     file=sys.stderr,
                 )
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        share_run_folder(trainer.loggers)
+        return trainer
 
     def _config_text(self) -> str:
         """The resolved config, as ``config.yaml`` holds it."""
@@ -342,6 +365,7 @@ def make_cli(args: list[str] | None, **options: Any) -> NoisyLabelsCLI:
         "trainer_defaults": TRAINER_DEFAULTS,
         "save_config_callback": None,  # config.yaml is the run record's
         "auto_configure_optimizers": False,
+        "parser_class": NoisyLabelsParser,
     }
     settings.update(options)
     return NoisyLabelsCLI(NoisyLabelMethod, NoisyDataModule, args=args, **settings)
@@ -364,12 +388,13 @@ def lightning_command(args: list[str] | None = None) -> NoisyLabelsCLI:
     )
     # last.ckpt's writer is a second checkpoint callback; "best" is the first one's, as meant
     warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint`")
+    drop_tips()  # Lightning's advertising for its cloud services, printed by every trainer
     try:
         return make_cli(None if args is None else argv)
     except ArgumentError as err:
         raise with_group_hint(option_error(err)) from err
     except Exception as err:
-        found = user_error(err) or constructor_error(err)
+        found = user_error(err) or constructor_error(err) or device_error(err)
         if found is None or found is err:
             raise
         raise found from err  # the user error jsonargparse wrapped into its own

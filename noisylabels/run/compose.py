@@ -23,21 +23,25 @@ where no preset names the folder) goes to ``runs/<dataset>_<method>``
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import importlib
 import inspect
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from jsonargparse import ActionConfigFile
 from jsonargparse import Path as ConfigPath
 
 from noisylabels.errors import InputError, MissingFileError
-from noisylabels.methods.core.stages import StageSchedule
+
+if TYPE_CHECKING:  # the methods import torch: only a run's epochs need them
+    from noisylabels.methods.core.stages import StageSchedule
 
 COMPOSE_KEY = "compose"
 RUNS = Path("runs")  # where runs go when the config names no folder
@@ -87,12 +91,18 @@ def _lines(lines: tuple[int, int]) -> str:
     )
 
 
+@functools.lru_cache(maxsize=512)
+def _parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=UniqueKeyLoader)
+
+
 def read_yaml(path: Path, what: str = "config file") -> Any:
     """The content of the YAML file ``path``; :class:`InputError` naming it (as ``what``) and
     the line where it is not valid YAML, or the key and both lines where a mapping holds a key
-    twice."""
+    twice. The file is read each time; a text already parsed in this process is not parsed
+    again (a sweep reads the same few config files for each of its hundreds of runs)."""
     try:
-        return yaml.load(Path(path).read_text(), Loader=UniqueKeyLoader)
+        return copy.deepcopy(_parse_yaml(Path(path).read_text()))
     except _DuplicateKey as err:
         raise InputError(
             f"{what} {path} sets {err.key!r} twice in one mapping ({_lines(err.lines)}); "
@@ -221,6 +231,8 @@ def default_schedule(class_path: str | None) -> StageSchedule:
     """The stage schedule of a method class (a ``class_path``, or a name in
     :mod:`noisylabels.methods`) whose config gives none: the default of the ``schedule`` of its
     constructor (the base method's where the class is unknown)."""
+    from noisylabels.methods.core.stages import StageSchedule
+
     cls = import_class(class_path, "noisylabels.methods") if class_path else None
     for klass in getattr(cls, "__mro__", ()):
         init = vars(klass).get("__init__")

@@ -17,14 +17,9 @@ What the command line configures that a ``Trainer`` built in Python lacks;
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import math
-from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
-import torch
 import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -32,6 +27,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from noisylabels.callbacks import HealthMonitor, SubsetStatistics
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
+from noisylabels.run.identity import class_path, plain
 
 CONFIG_FILE = "config.yaml"
 # the trainer's settings config.yaml records (Trainer arguments a Trainer object still knows)
@@ -85,34 +81,6 @@ def command_line_callbacks(
     if subset_statistics and isinstance(model, NoisyLabelMethod) and not has_statistics:
         callbacks.append(SubsetStatistics())
     return callbacks
-
-
-def plain(value: Any) -> Any:
-    """``value`` as YAML-safe data: tuples as lists, paths and other objects as text, tensors
-    as numbers or lists."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, enum.Enum):
-        return plain(value.value)
-    if isinstance(value, torch.Tensor):
-        return plain(value.tolist())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return plain(dataclasses.asdict(value))  # an option group (e.g. a method's schedule)
-    if hasattr(value, "as_dict"):  # a jsonargparse namespace
-        return plain(value.as_dict())
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [plain(v) for v in value]
-    return str(value)
-
-
-def class_path(obj: Any) -> str:
-    """``module.ClassName`` of ``obj``, a class, or else of ``obj``'s class."""
-    cls = obj if isinstance(obj, type) else type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _init_args(obj: Any) -> dict[str, Any]:

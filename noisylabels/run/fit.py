@@ -202,6 +202,7 @@ def fit_and_test(
             if trainer.is_global_zero and not trainer.fast_dev_run:
                 prepare(datamodule)
             recorder.check(trainer, model, datamodule)  # nothing is written before
+            created = missing_folders(trainer)  # what the run creates above its folder
             try:
                 trainer.fit(
                     model,
@@ -211,6 +212,7 @@ def fit_and_test(
                 )
             except BaseException:
                 recorder.discard()  # a folder holding nothing to resume from
+                remove_empty(created)  # and the folders above it the run made for it
                 raise
             try:
                 signals.check()
@@ -255,6 +257,33 @@ def fit_and_test(
             if found is None or found is err:
                 raise
             raise found from err
+
+
+def missing_folders(trainer: L.Trainer) -> list[Path]:
+    """The folders that a run's files go under (its ``default_root_dir``, its loggers' roots) and
+    their parents that do not exist yet, deepest first: the folders the run itself creates."""
+    tops = [trainer.default_root_dir]
+    for logger in trainer.loggers:
+        root = getattr(logger, "root_dir", None) or getattr(logger, "save_dir", None)
+        if root:
+            tops.append(root)
+    missing: set[Path] = set()
+    for top in tops:
+        path = Path(os.path.abspath(top))
+        while not path.exists() and path != path.parent:
+            missing.add(path)
+            path = path.parent
+    return sorted(missing, key=lambda p: len(p.parts), reverse=True)
+
+
+def remove_empty(folders: Sequence[Path]) -> None:
+    """Remove those of ``folders`` (deepest first) that are empty: a run that failed before
+    training leaves no folder it created. A folder holding anything is kept."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (a kept run, another run's files), or not there
+            pass
 
 
 def health_of(trainer: L.Trainer) -> str:

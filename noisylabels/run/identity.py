@@ -20,12 +20,15 @@ schedule or seed is another experiment, started as a new run.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
+import math
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
-from noisylabels.run.defaults import class_path, plain
 from noisylabels.run.provenance import input_files_sha256, labels_sha256
 
 RESUMABLE: dict[str, str] = {
@@ -61,6 +64,35 @@ ALWAYS_COMPARED = ("model.", "data.", "labels.", "inputs.")
 AFTER_SETUP = ("labels.", "inputs.")
 
 
+def plain(value: Any) -> Any:
+    """``value`` as YAML-safe data: tuples as lists, paths and other objects as text, tensors
+    as numbers or lists."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, enum.Enum):
+        return plain(value.value)
+    torch = sys.modules.get("torch")  # a value is a tensor only where torch is loaded
+    if torch is not None and isinstance(value, torch.Tensor):
+        return plain(value.tolist())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return plain(dataclasses.asdict(value))  # an option group (e.g. a method's schedule)
+    if hasattr(value, "as_dict"):  # a jsonargparse namespace
+        return plain(value.as_dict())
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [plain(v) for v in value]
+    return str(value)
+
+
+def class_path(obj: Any) -> str:
+    """``module.ClassName`` of ``obj``, a class, or else of ``obj``'s class."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _flat(prefix: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
     """``options`` as ``{"prefix.name": plain value}``, a nested group's options by their dotted
     names (``model.schedule.warmup_epochs``); internal ``_...`` keys left out."""
@@ -70,6 +102,17 @@ def _flat(prefix: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
             continue
         name = f"{prefix}.{key}"
         if isinstance(value, dict) and value:
+            out.update(_flat(name, value))
+        else:
+            out[name] = value
+    return out
+
+
+def _flatter(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """``identity`` with any mapping value spread into its dotted options."""
+    out: dict[str, Any] = {}
+    for name, value in identity.items():
+        if isinstance(value, Mapping) and value:
             out.update(_flat(name, value))
         else:
             out[name] = value
@@ -212,6 +255,7 @@ def differences(
     """``{name: [checkpoint's value, this run's value]}`` for the identity options that differ
     (see :data:`ALWAYS_COMPARED` for options only one side knows). ``known_after_setup=False``
     leaves out what is known once the data is set up (the labels' and input files' hashes)."""
+    saved, now = _flatter(saved), _flatter(now)  # a group kept as one value: its options
     out: dict[str, list[Any]] = {}
     for name in sorted(set(saved) | set(now)):
         if resumable(name) or (not known_after_setup and name.startswith(AFTER_SETUP)):

@@ -21,9 +21,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import lightning as L
-import torch
-
 import noisylabels
 from noisylabels.run.compose import config_files
 
@@ -43,6 +40,8 @@ CONFIG_OPTIONS = ("--config", "-c")
 def labels_sha256(datamodule: Any) -> str | None:
     """SHA-256 of the noisy training labels (int64, in sample order) of a set-up data module,
     or ``None`` when it has none."""
+    import torch  # start-up time: a sweep hashes commands with this module, without torch
+
     labels = getattr(datamodule, "noisy_labels", None)
     if not isinstance(labels, torch.Tensor):
         return None
@@ -169,6 +168,10 @@ def provenance(
             "model": dict(getattr(model, "hparams", {})),
             "data": dict(getattr(datamodule, "hparams", {})),
         }
+    # start-up time: a sweep hashes commands with this module, without Lightning or torch
+    import lightning as L
+    import torch
+
     commit, dirty = git_state()
     return {
         "noisylabels": noisylabels.__version__,

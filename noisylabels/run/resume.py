@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from noisylabels.errors import InputError, MissingFileError, load_error_summary
 from noisylabels.run import identity
 
@@ -163,6 +161,8 @@ def read(path: Path) -> dict[str, Any]:
         "Pass a complete checkpoint written by noisylabels (a run's checkpoints/last.ckpt or "
         "best-*.ckpt), or start a new run without --ckpt_path."
     )
+    import torch  # start-up time: a sweep reads the names above without loading torch
+
     try:
         content = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:

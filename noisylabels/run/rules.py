@@ -18,11 +18,16 @@ from typing import Any
 from noisylabels.errors import InputError
 from noisylabels.run import identity as ident
 from noisylabels.run import resume
-from noisylabels.run.artifacts import DYNAMICS_FILE, ERROR_FILE, ESTIMATE_FILE, NOISE_FILE
-from noisylabels.run.defaults import CONFIG_FILE
 
+# the names are here, in a module that loads neither torch nor Lightning, so that a sweep and
+# the audit's command line can name a run's files without loading the training stack
 LAST = resume.CHECKPOINT_FILE
 RESULTS_FILE = resume.RESULTS_FILE
+CONFIG_FILE = resume.CONFIG_FILE
+NOISE_FILE = "noise.pt"
+ESTIMATE_FILE = "transition_estimate.csv"
+ERROR_FILE = "transition_estimate.json"
+DYNAMICS_FILE = "sample_dynamics.pt"
 UNFINISHED = "unfinished.txt"
 TRANSITION_FILE = "transition.csv"
 EMPIRICAL_FILE = "empirical_transition.csv"

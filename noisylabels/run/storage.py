@@ -29,8 +29,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from noisylabels.errors import StorageError
 
 # the errors of a write that the user can fix by freeing space or choosing another folder
@@ -102,6 +100,8 @@ def write_json(path: str | os.PathLike, content: Any) -> Path:
 
 def torch_bytes(obj: Any) -> bytes:
     """``obj`` as ``torch.save`` writes it."""
+    import torch  # start-up time: a sweep writes its files with this module, without torch
+
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     return buffer.getvalue()

@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from noisylabels.errors import InputError, NoisyLabelsError
-from noisylabels.run.cli import lightning_command
 from noisylabels.sweep.grid import Run, Sweep, check_classes, display_path, load_sweep
 from noisylabels.sweep.launch import Outcome, SweepStopped, run_local, threads_per_run
 from noisylabels.sweep.records import RunState, run_state
@@ -58,7 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run",
         action="store_true",
         help="print every run with its state and command (and, with --launcher slurm, the "
-        "script it would write) and exit",
+        "script it would write) and exit; it loads no training code, so it checks the sweep "
+        "file and the config files but not the classes and options (--check does)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="with --dry-run: also check the methods and datasets the runs name and parse "
+        "their options with `noisylabels fit --print_config`, as a sweep does before it runs "
+        "(loads Lightning: seconds)",
     )
     p.add_argument(
         "--launcher",
@@ -115,6 +122,9 @@ def parse_where(items: Sequence[str]) -> dict[str, list[str]]:
 def check_options(sweep: Sweep, runs: Sequence[Run], extra: Sequence[str]) -> None:
     """Parse one run of each distinct set of configs and option names with ``noisylabels fit
     --print_config``, so a misspelt option fails before anything runs."""
+    # start-up time: the command line of a fit loads Lightning, which a dry run does without
+    from noisylabels.run.cli import lightning_command
+
     checked: set[tuple] = set()
     for run in runs:
         key = (tuple(run.configs), tuple(sorted(run.args)))
@@ -214,8 +224,9 @@ def sweep_main(args: argparse.Namespace, extra: list[str]) -> int:
     opts = _slurm_options(args) if args.launcher == "slurm" else None
     if opts is not None:
         slurm_script(sweep, sweep.runs[:1], extra, opts)  # refuse bad --slurm-* values first
-    check_classes(sweep)
-    check_options(sweep, sweep.runs, extra)
+    if args.check or not args.dry_run:  # a dry run alone starts fast: it loads no training code
+        check_classes(sweep)
+        check_options(sweep, sweep.runs, extra)
     states = {run.name: run_state(run, extra) for run in sweep.runs}
     pending = [run for run in sweep.runs if states[run.name].kind in PENDING]
     resume = [states[run.name].resume for run in pending]
@@ -227,6 +238,11 @@ def sweep_main(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"  [{state.kind}] {run.name}: {command}")
             if state.note and state.kind != "done":
                 print(f"      {state.note}")
+        if not args.check:
+            print(
+                "(the runs' methods, datasets and options are checked when the sweep runs; "
+                "--dry-run --check checks them now)"
+            )
         if opts is not None and pending:
             script = sweep.folder / "slurm" / SCRIPT
             print(f"\n# {display_path(script)} (not written: --dry-run)")

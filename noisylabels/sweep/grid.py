@@ -41,9 +41,7 @@ from typing import Any
 
 import yaml
 
-from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, MissingFileError
-from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run.compose import import_class, listed_files, read_composed, read_yaml
 from noisylabels.run.provenance import command_sha256
 from noisylabels.run.resume import CHECKPOINT_FILE as LAST
@@ -304,6 +302,11 @@ def _resolve_class(name: str, package: str, base: type) -> type | None:
 def check_classes(sweep: Sweep) -> None:
     """Fail before anything runs where a run names a method or dataset this project lacks,
     naming it, the run and the classes that exist."""
+    # start-up time: the methods and datasets load torch and Lightning, which expanding a
+    # sweep and its dry run do without
+    from noisylabels.data import NoisyDataModule
+    from noisylabels.methods import NoisyLabelMethod
+
     kinds = {
         "model": ("method", "noisylabels.methods", NoisyLabelMethod),
         "data": ("dataset", "noisylabels.data", NoisyDataModule),

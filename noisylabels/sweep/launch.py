@@ -4,7 +4,7 @@ Every run is its own ``noisylabels fit`` process writing into the run's folder (
 ``fit.log`` there, its grid point, command and the command's hash in ``sweep_run.json``).
 :func:`run_local` runs ``parallel`` processes at a time, the CPU threads split between them
 (``OMP_NUM_THREADS``), optionally spread over GPUs; it keeps going past a failed run, prints
-progress (done / total, failures, ETA) and returns how every run ended.
+progress (finished / total, failed, stopped, ETA) and returns how every run ended.
 
 Each run's folder is locked while its process lives (``run.lock``, :mod:`noisylabels.sweep.lock`):
 a folder that another process writes is left alone. The runs start in their own sessions (a
@@ -101,23 +101,39 @@ def read_results(folder: Path) -> dict[str, Any] | None:
 
 
 class Progress:
-    """Counts finished runs and prints one line per event with done / total, failures, ETA."""
+    """Counts how the runs ended and prints one line per run that ended: finished / total, how
+    many failed, were stopped or left alone (another process writes them) so far, and the
+    ETA."""
+
+    SHOWN = ("failed", "stopped", "busy")  # after "N/total finished"; the last two where any
 
     def __init__(self, total: int, parallel: int, print_fn: Callable[[str], None]) -> None:
         self.total, self.parallel, self.print = total, parallel, print_fn
         self.durations: list[float] = []
-        self.failed = 0
+        self.counts = dict.fromkeys(("finished", *self.SHOWN), 0)
         self.lock = threading.Lock()
+
+    def tally(self) -> str:
+        """``3/56 finished, 1 failed, 1 stopped``: the runs so far by how they ended."""
+        counts = self.counts
+        parts = [f"{counts['finished']}/{self.total} finished", f"{counts['failed']} failed"]
+        parts += [
+            f"{counts[kind]} {'left alone' if kind == 'busy' else kind}"
+            for kind in self.SHOWN[1:]
+            if counts[kind]
+        ]
+        return ", ".join(parts)
 
     def finished(self, outcome: Outcome) -> None:
         if outcome.kind == "not started":
             return
         with self.lock:
             self.durations.append(outcome.seconds)
-            self.failed += outcome.kind == "failed"
-            done = len(self.durations)
-            left = self.total - done
-            eta = sum(self.durations) / done * left / self.parallel if left else 0.0
+            if outcome.kind in self.counts:
+                self.counts[outcome.kind] += 1
+            ended = len(self.durations)
+            left = self.total - ended
+            eta = sum(self.durations) / ended * left / self.parallel if left else 0.0
             if outcome.ok and outcome.results:
                 best, last = outcome.results.get("test_acc"), outcome.results.get("test_acc_last")
                 what = f"test acc {_fmt(best)} (last epoch {_fmt(last)})"
@@ -130,7 +146,7 @@ class Progress:
             else:
                 what = f"FAILED ({outcome.reason}; see {display_path(outcome.log)})"
             self.print(
-                f"[{done}/{self.total} done, {self.failed} failed, ETA "
+                f"[{self.tally()}, ETA "
                 f"{format_duration(eta)}] {outcome.run.name}: {what} in "
                 f"{format_duration(outcome.seconds)}"
             )

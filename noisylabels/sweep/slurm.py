@@ -230,14 +230,20 @@ def write_slurm(
     print_fn: Callable[[str], None] = print,
 ) -> Path:
     """Write the job-array script of ``runs`` to ``<root>/<name>/slurm/array.sbatch`` (and each
-    run's ``sweep_run.json``); with ``submit``, submit it with ``sbatch``. Returns the script."""
-    if submit and shutil.which("sbatch") is None:
-        raise InputError("--submit needs SLURM's sbatch on PATH; submit the written script there")
+    run's ``sweep_run.json``); with ``submit``, submit it with ``sbatch``. Returns the script.
+    Without ``sbatch`` on PATH the script is written all the same and the refusal names it."""
     text, planned = _script(sweep, runs, extra, opts, resume)
     script = write_text(sweep.folder / "slurm" / SCRIPT, text)
     for run, (args, sha256) in zip(runs, planned, strict=True):
         write_run_file(sweep, run, ["noisylabels", *args], sha256)
     print_fn(f"wrote {display_path(script)}: a job array of {len(runs)} task(s)")
+    if submit and shutil.which("sbatch") is None:
+        shown = display_path(script)
+        raise InputError(
+            f"--submit needs SLURM's sbatch on PATH, which this machine lacks: the job array is "
+            f"written ({shown}) but not submitted; submit it where SLURM is, with "
+            f"`sbatch {shlex.quote(shown)}` from this folder"
+        )
     if submit:
         out = subprocess.run(["sbatch", str(script)], capture_output=True, text=True)
         if out.returncode != 0:

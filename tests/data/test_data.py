@@ -40,7 +40,7 @@ def test_digits_split_batches_and_noise() -> None:
     assert len(dm.train_indices) + len(dm.val_indices) == n_train
     assert len(dm.val_indices) == int(n_train * 0.1)
     assert not set(dm.train_indices.tolist()) & set(dm.val_indices.tolist())
-    assert abs(dm.noise_rate_actual - 0.4) < 0.05
+    assert abs(dm.rate_actual - 0.4) < 0.05
     check_transition(dm.transition, 10)
     batch = next(iter(dm.train_dataloader()))
     assert set(batch) == {"image", "label", "clean_label", "index"}
@@ -152,7 +152,7 @@ def test_instance_noise_is_instance_dependent_at_the_pixel_scale() -> None:
     target = flip.argmax(dim=1)
     distinct = [len(target[clean == k].unique()) for k in range(10)]
     assert sum(d >= 2 for d in distinct) >= 8  # same class, different flip targets
-    assert abs(dm.noise_rate_actual - rate) < 0.05
+    assert abs(dm.rate_actual - rate) < 0.05
     assert dm.transition is None
     T = dm.noise_state()["empirical_transition"]
     check_transition(T, 10)
@@ -187,7 +187,7 @@ def test_mnist_reads_torchvision_layout(mnist_dir: Path) -> None:
     dm.setup("fit")
     assert dm.data.train_images.shape == (320, 1, 28, 28)
     assert dm.data.test_images.shape == (64, 1, 28, 28)
-    assert abs(dm.noise_rate_actual - 0.3) < 0.1
+    assert abs(dm.rate_actual - 0.3) < 0.1
 
 
 def test_missing_mnist_says_what_to_put_where(tmp_path: Path) -> None:
@@ -269,7 +269,7 @@ def test_noise_file_round_trip(tmp_path: Path) -> None:
     info = again.noise_info()
     assert info["type"] == "file" and info["file"] == str(tmp_path / "noise.pt")
     assert info["key"] is None and info["rate_nominal"] is None
-    assert info["rate_actual"] == pytest.approx(dm.noise_rate_actual)
+    assert info["rate_actual"] == pytest.approx(dm.rate_actual)
     (tmp_path / "short.txt").write_text("1\n2\n3\n")
     bad = DigitsDataModule(noise_type="file", noise_file=str(tmp_path / "short.txt"))
     with pytest.raises(ValueError, match="has 3 labels"):
@@ -282,16 +282,16 @@ def test_training_and_validation_never_measure_the_noise_rate(
     """Methods read the data facts per validation batch: those give the label source's nominal
     rate, and the measured one (a pass over every label) is left to the run's summary."""
     from noisylabels.methods import CE
-    from noisylabels.noise import labels
+    from noisylabels.noise import corrupt
 
     measured: list[int] = []
-    noise_rate = labels.noise_rate
+    rate_actual = corrupt.rate_actual
 
     def counting(*args: torch.Tensor) -> float:
         measured.append(1)
-        return noise_rate(*args)
+        return rate_actual(*args)
 
-    monkeypatch.setattr(labels, "noise_rate", counting)
+    monkeypatch.setattr(corrupt, "rate_actual", counting)
     dm = DigitsDataModule(noise_type="pair", noise_rate=0.3, batch_size=32)
     model = CE(backbone="mlp", input_shape=(1, 8, 8), backbone_kwargs={"hidden": [16]})
     trainer = L.Trainer(
@@ -306,7 +306,7 @@ def test_training_and_validation_never_measure_the_noise_rate(
         default_root_dir=tmp_path,
     )
     trainer.fit(model, datamodule=dm)
-    assert dm.data_facts().noise_rate == 0.3
+    assert dm.data_facts().rate_nominal == 0.3
     assert measured == []
     flipped = (dm.noisy_labels != dm.clean_labels).float().mean().item()
     assert dm.noise_info()["rate_actual"] == pytest.approx(flipped)

@@ -118,6 +118,35 @@ def test_cli_fit_on_an_image_folder(folder: Path, run_cli, tmp_path: Path) -> No
     assert results["test_acc"] is not None
 
 
+def test_data_help_shows_every_inherited_option(capsys) -> None:
+    """The module takes the options of the modules it derives from as keywords; the help
+    still shows each of them, described, beside its own, and its own batch-size default."""
+    import inspect
+
+    from noisylabels.cli import run
+    from noisylabels.data import ImageFileDataModule, NoisyDataModule
+
+    with pytest.raises(SystemExit) as exc:
+        run(["fit", "--data.help", "noisylabels.data.ImageFolderDataModule"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    options = {"use_val_folder"}
+    for base in (NoisyDataModule, ImageFileDataModule):
+        options |= set(inspect.signature(base.__init__).parameters) - {"self", "kwargs"}
+    for name in sorted(options):
+        assert f"--data.{name} " in out, name
+    assert "(type: int, default: 64)" in out  # batch_size, its own default
+    assert "crop size fed to the network" in out  # image_size, described
+    for kind in ("symmetric", "pair", "instance", "file", "real"):
+        assert f"``{kind}``" in out  # --data.noise_type lists the noise kinds
+
+
+def test_download_is_refused_naming_the_option(folder: Path) -> None:
+    dm = ImageFolderDataModule(data_dir=str(folder), download=True)
+    with pytest.raises(InputError, match="--data.download"):
+        dm.prepare_data()
+
+
 # --- unreadable images ------------------------------------------------------------------------
 
 

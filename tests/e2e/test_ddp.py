@@ -417,7 +417,8 @@ def test_trainer_configs_compose_after_a_dataset_config(run_cli, capsys, piece, 
     config = yaml.safe_load(capsys.readouterr().out)
     for key, value in expected.items():
         assert config["trainer"][key] == value, key
-    assert config["trainer"]["max_epochs"] == 100  # the preset's settings survive
+    # the preset's settings survive (its epochs: the schedule's, derived when the fit starts)
+    assert config["model"]["init_args"]["schedule"]["warmup_epochs"] == 20
     assert config["model"]["init_args"]["backbone"] == "resnet18"
     assert config["model"]["init_args"]["variance_scope"] == "local"
     if piece == "ddp_cpu.yaml":

@@ -13,7 +13,7 @@ import torch
 from noisylabels.data import DigitsDataModule
 from noisylabels.errors import InputError
 from noisylabels.noise import (
-    SYNTHETIC_TYPES,
+    NOISE_KINDS,
     FileLabels,
     ShippedLabels,
     SyntheticNoise,
@@ -57,7 +57,7 @@ def _limit(kind: str, seed: int = 0) -> float:
 
 
 # ----------------------------------------------------------------------- the clean majority
-@pytest.mark.parametrize("kind", SYNTHETIC_TYPES)
+@pytest.mark.parametrize("kind", [k.name for k in NOISE_KINDS.values() if k.generated])
 def test_every_noise_kind_keeps_the_clean_majority_or_is_refused(kind: str) -> None:
     """The property, over every synthetic kind and rates from 0 to 0.95: either the labels are
     refused, or in every row of their T (class-level, else measured) the clean class is the
@@ -110,15 +110,18 @@ def test_class_level_noise_is_refused_exactly_from_its_limit(kind: str, seed: in
 
 
 def test_asymmetric_noise_at_099_names_the_rate_and_the_limit() -> None:
+    """The T of a class-level kind is checked with the options, before any data is read, as
+    the labels drawn from it are by the label source."""
     limit = _limit("asymmetric")
-    dm = DigitsDataModule(noise_type="asymmetric", noise_rate=0.99)
     with pytest.raises(InputError) as err:
-        dm.setup("fit")
+        DigitsDataModule(noise_type="asymmetric", noise_rate=0.99)
+    with pytest.raises(InputError) as by_source:
+        SyntheticNoise("asymmetric", 0.99, 0).make_labels(_clean(2_000), C)
     message = str(err.value)
+    assert str(by_source.value) == message
     assert "asymmetric noise at --data.noise_rate 0.99" in message
     assert f"below a rate of {limit:.4g}; the rate given is 0.99" in message
     assert "T[i, j] = P(noisy=j | clean=i)" in message and "Lower --data.noise_rate" in message
-    assert dm.label_source is None  # refused before any label reached the run
 
 
 def test_the_limit_formula_matches_the_builders() -> None:

@@ -8,7 +8,7 @@ import torch
 
 from noisylabels.errors import InputError
 from noisylabels.noise import (
-    NOISE_TYPES,
+    NOISE_KINDS,
     anchor_transition,
     asymmetric_transition,
     bias_transition,
@@ -24,8 +24,8 @@ from noisylabels.noise import (
     instance_flip_probabilities,
     load_transition,
     make_noisy_labels,
-    noise_rate,
     pair_transition,
+    rate_actual,
     save_transition,
     semantic_transition,
     superclass_flips,
@@ -253,7 +253,7 @@ def test_corruption_reproduces_T(noise_type, rate, flips, flip_fraction) -> None
     noisy, T = make_noisy_labels(clean, noise_type, rate, c, seed=11, flips=flips)
     assert noisy.dtype == torch.long and noisy.shape == clean.shape
     assert (torch.abs(_empirical_T(clean, noisy, c) - T.double()) < 0.01).all()
-    assert noise_rate(clean, noisy) == pytest.approx(rate * flip_fraction, abs=0.005)
+    assert rate_actual(clean, noisy) == pytest.approx(rate * flip_fraction, abs=0.005)
 
 
 def test_corrupt_labels_seeding() -> None:
@@ -288,7 +288,7 @@ def test_make_noisy_labels_none_and_file() -> None:
         make_noisy_labels(torch.tensor([0, 5]), "symmetric", 0.2, 5, seed=0)
     with pytest.raises(ValueError):
         make_noisy_labels(clean, "bogus", 0.2, 5, seed=0)
-    assert "bogus" not in NOISE_TYPES
+    assert "bogus" not in NOISE_KINDS
 
 
 def test_instance_probabilities_follow_the_ptd_recipe() -> None:
@@ -323,11 +323,13 @@ def test_empirical_transition() -> None:
     assert torch.allclose(T, expected)  # unknown clean label left out; empty class: identity
 
 
-def test_noise_rate() -> None:
-    assert noise_rate(torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 0, 0])) == 0.5
-    assert noise_rate(torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long)) == 0.0
+def test_rate_actual() -> None:
+    assert rate_actual(torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 0, 0])) == 0.5
+    assert (
+        rate_actual(torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long)) == 0.0
+    )
     with pytest.raises(ValueError):
-        noise_rate(torch.tensor([0, 1]), torch.tensor([0]))
+        rate_actual(torch.tensor([0, 1]), torch.tensor([0]))
 
 
 @pytest.mark.parametrize("rate", [0.2, 0.4])
@@ -339,7 +341,7 @@ def test_instance_dependent_noise(rate: float) -> None:
     assert T is None
     assert noisy.dtype == torch.long and noisy.shape == clean.shape
     assert noisy.min() >= 0 and noisy.max() < c
-    assert abs(noise_rate(clean, noisy) - rate) < 0.05
+    assert abs(rate_actual(clean, noisy) - rate) < 0.05
     again = instance_dependent_noise(features, clean, c, rate, _gen(3))
     assert torch.equal(noisy, again)
     other = instance_dependent_noise(features, clean, c, rate, _gen(4))

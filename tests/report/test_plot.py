@@ -57,7 +57,7 @@ def test_plot_posteriors_pdf_with_labels(runs: list[Path], tmp_path: Path) -> No
 
 def test_plot_reads_the_logged_epochs(runs: list[Path]) -> None:
     loaded = load_run(runs[1])
-    assert loaded.label == "Forward, α = 0.1"
+    assert loaded.label == "Forward-VRNL (α = 0.1)"
     assert loaded.path.name == "version_0"
     for quantity in ("loss_mean", "ce_clean_mean", "ce_noisy_std"):
         for subset in ("correct", "mislabeled"):

@@ -214,7 +214,7 @@ def test_local_launcher_skips_finished_runs_and_survives_failures(
     assert {r["threads"] for r in launched} == {"4"}  # 8 CPUs / 2 processes
     assert {r["gpu"] for r in launched} <= {"0", "1"}
     assert "7 run(s), 2 at a time, 4 CPU thread(s) each, GPUs 0,1" in out
-    assert "[7/7 done, 4 failed, ETA 0s]" in out
+    assert "[3/7 finished, 4 failed, ETA 0s]" in out
     assert "test acc 90.00% (last epoch 85.00%)" in out
     assert "4 run(s) failed" in out and "broken/pair-0.45/seed-1: exit status 3" in out
     log = root / "demo" / "broken" / "sym-0.2" / "seed-0" / "fit.log"
@@ -335,7 +335,7 @@ def test_real_runs_through_the_sweep(tmp_path: Path, capsys) -> None:
         sweep_cli(str(path), "--root", str(root), "--parallel", "2")
     assert exc.value.code == 1
     out = capsys.readouterr().out
-    assert "[2/2 done, 1 failed" in out and "nofile: exit status" in out
+    assert "[1/2 finished, 1 failed" in out and "nofile: exit status" in out
     results = json.loads(next((root / "real" / "sym-0.2").rglob("results.json")).read_text())
     assert results["test_acc"] is not None and results["test_acc_last"] is not None
     assert "noise_file" in (root / "real" / "nofile" / "fit.log").read_text()
