@@ -61,7 +61,7 @@ RECIPES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "digits": (  # the quickstart's data, network and schedule, with CE-VRNL
         ["data/digits.yaml", "method/ce.yaml"],
-        ["--model.alpha", "0.01", "--model.lr", "0.05", "--model.milestones", "[10]",
+        ["--model.alpha", "0.01", "--model.optim.lr", "0.05", "--model.schedule.milestones", "[10]",
          "--trainer.max_epochs", "15"],
     ),
 }  # fmt: skip

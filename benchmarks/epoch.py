@@ -74,8 +74,9 @@ APP_ARGS: dict[str, list[str]] = {
     ],
     "reweight": [
         *("--config", str(CONFIGS / "mnist_reweight.yaml")),
-        *("--model.warmup_epochs", "1", "--model.warmup_model", "last"),
-        *("--model.main_stage_init", "continue", "--model.warmup_momentum", "null"),
+        *("--model.schedule.warmup_epochs", "1", "--model.schedule.warmup_model", "last"),
+        *("--model.schedule.main_stage_init", "continue"),
+        *("--model.schedule.warmup_momentum", "null"),
     ],
     "coteaching": [
         *("--config", str(CONFIGS / "mnist_coteaching.yaml")),

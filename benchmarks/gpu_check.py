@@ -15,8 +15,8 @@ summary table, also written as JSON (``--out``):
    compiled with CUDA graphs, and of the plain eager loop (short settings);
 5. ``cifar-fit``: ``noisylabels fit`` of Forward-VRNL (ResNet-18) on random CIFAR-10-shaped data
    written in CIFAR-10's on-disk format, 2 epochs (warm-up and stage change) as shipped, with
-   ``--model.compile true`` and with ``--model.compile false``: each finishes; images/s per
-   epoch, graphs compiled, recompiles, CUDA-graph skips;
+   ``--model.speed.compile true`` and with ``--model.speed.compile false``: each finishes;
+   images/s per epoch, graphs compiled, recompiles, CUDA-graph skips;
 6. ``mnist`` (with ``--data-dir`` holding MNIST, ``make gpu-check DATA=...``): 3 epochs of
    ``configs/mnist_forward_vrnl.yaml``, compiled and eager: the test accuracy of each.
 
@@ -202,8 +202,8 @@ class Check:
 
     def compiled(self) -> list[str]:
         """Options of a compiled run: CUDA graphs on CUDA; the quick backend in a rehearsal."""
-        backend = ["--model.compile_backend", "aot_eager"] if self.rehearsal else []
-        return ["--model.compile", "true", *backend]
+        backend = ["--model.speed.compile_backend", "aot_eager"] if self.rehearsal else []
+        return ["--model.speed.compile", "true", *backend]
 
 
 def _tail(text: str, lines: int = 12) -> str:
@@ -247,9 +247,14 @@ def cuda_tests(check: Check) -> dict[str, Any]:
 
 
 STAGE_METHODS = {
-    "forward": ["--config", "configs/method/forward_vrnl.yaml", "--model.warmup_epochs", "1"],
+    "forward": [
+        "--config",
+        "configs/method/forward_vrnl.yaml",
+        "--model.schedule.warmup_epochs",
+        "1",
+    ],
     "coteaching": [
-        *("--config", "configs/method/coteaching.yaml", "--model.warmup_epochs", "1"),
+        *("--config", "configs/method/coteaching.yaml", "--model.schedule.warmup_epochs", "1"),
         *("--model.forget_rate", "estimate", "--model.ramp_epochs", "1"),
     ],
 }
@@ -261,7 +266,7 @@ def stage_change(check: Check) -> dict[str, Any]:
         *("--config", "configs/data/digits.yaml", "--trainer.max_epochs", "3"),
         *("--trainer.precision", "32-true", "--data.on_device", "true"),
     ]
-    variants = {"eager": ["--model.compile", "false"], "compiled": check.compiled()}
+    variants = {"eager": ["--model.speed.compile", "false"], "compiled": check.compiled()}
     runs = check.fit_many(  # side by side: nothing here is timed
         {
             f"stage-{method}-{kind}": common + extra + options
@@ -330,14 +335,14 @@ def cifar_fit(check: Check) -> dict[str, Any]:
     data = write_fake_cifar10(check.work / "cifar", n_train, n_test)
     common = [
         *("--config", "configs/cifar10_forward_vrnl.yaml", "--data.data_dir", str(data)),
-        *("--trainer.max_epochs", "2", "--model.warmup_epochs", "1"),
+        *("--trainer.max_epochs", "2", "--model.schedule.warmup_epochs", "1"),
     ]
     if check.rehearsal:
         common += ["--model.backbone", "resnet18", "--data.batch_size", "64"]
     variants = {
         "as shipped": [],
         "compile true": check.compiled(),
-        "compile false": ["--model.compile", "false"],
+        "compile false": ["--model.speed.compile", "false"],
     }
     figures = {
         name: check.fit(f"cifar-{i}", common + extra)
@@ -438,13 +443,13 @@ def mnist(check: Check) -> dict[str, Any]:
         }
     common = [
         *("--config", "configs/mnist_forward_vrnl.yaml", "--data.data_dir", str(data)),
-        *("--trainer.max_epochs", "3", "--model.warmup_epochs", "1"),
+        *("--trainer.max_epochs", "3", "--model.schedule.warmup_epochs", "1"),
     ]
     if check.rehearsal:
         common += ["--trainer.limit_train_batches", "5", "--trainer.limit_val_batches", "2"]
     runs = {
         "compiled": check.fit("mnist-compiled", common + check.compiled()),
-        "eager": check.fit("mnist-eager", common + ["--model.compile", "false"]),
+        "eager": check.fit("mnist-eager", common + ["--model.speed.compile", "false"]),
     }
     failed = [f"{k}: {r['error']}" for k, r in runs.items() if not r["ok"]]
     accs = [f"{k}: test_acc {r['results']['test_acc']:.4f}" for k, r in runs.items() if r["ok"]]

@@ -166,15 +166,15 @@ class StepTimer(L.Callback):
             self._debug(False)  # before Lightning's teardown, which may synchronize
 
 
-OFF = ["--model.compile", "false", "--model.channels_last", "false"]
+OFF = ["--model.speed.compile", "false", "--model.speed.channels_last", "false"]
 OFF += ["--trainer.precision", "32-true", "--data.on_device", "false"]
 
 
 def fast(mode: str, device: torch.device) -> list[str]:
     cuda = device.type == "cuda"
     return [
-        *("--model.compile", mode, "--data.on_device", "true"),
-        *("--model.channels_last", str(cuda).lower()),
+        *("--model.speed.compile", mode, "--data.on_device", "true"),
+        *("--model.speed.channels_last", str(cuda).lower()),
         *("--trainer.precision", "bf16-mixed" if cuda else "32-true"),
     ]
 

@@ -155,7 +155,7 @@ def transition_cause(pl_module: L.LightningModule) -> tuple[str, bool]:
         "fix T or give another one"
         if given
         else "estimate T̂ after more warm-up epochs, "
-        "--model.warmup_epochs, or give a sound T: --model.transition true or a T file"
+        "--model.schedule.warmup_epochs, or give a sound T: --model.transition true or a T file"
     )
     return (
         f"{text}: it is degenerate, which makes the corrected loss -log((p @ {T_})_y) or the "
@@ -171,11 +171,13 @@ def divergence_message(
     (where it has one), the likely cause, what to do."""
     hp = getattr(pl_module, "hparams", {})
     alpha = 0.0 if getattr(pl_module, "in_warmup", False) else float(hp.get("alpha", 0.0))
-    lr = hp.get("lr")
+    lr = (hp.get("optim") or {}).get("lr")
     n = trainer.num_training_batches
     of = f" of {n}" if isinstance(n, int) else ""
     where = f"epoch {trainer.current_epoch}, training step {batch_idx}{of}"
-    lr_cause = f"the learning rate (lr={lr}) is too high for this model and data; lower --model.lr"
+    lr_cause = (
+        f"the learning rate (lr={lr}) is too high for this model and data; lower --model.optim.lr"
+    )
     if alpha > 0:
         cause = (
             f"the VRNL coefficient alpha={alpha} is too large for the scale of the losses "

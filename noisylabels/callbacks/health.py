@@ -162,7 +162,7 @@ class HealthMonitor(L.Callback):
             f"HealthMonitor: {stopping} at epoch {epoch}, the run has {self.collapsed} (chance: "
             "always predicting the most frequent validation label; margin "
             f"{self.margin:g}). Likely causes: --model.alpha too large for the scale of the "
-            "losses, or --model.lr too high."
+            "losses, or --model.optim.lr too high."
         )
 
     @staticmethod

@@ -1,4 +1,5 @@
-"""Methods: one LightningModule each, all on :class:`NoisyLabelMethod` (VRNL via ``alpha``).
+"""Methods: one LightningModule each, all on :class:`NoisyLabelMethod` (VRNL via ``alpha``), with
+its option groups :class:`StageSchedule`, :class:`OptimizerOptions` and :class:`SpeedOptions`.
 
 ``core/`` holds the machinery the methods share; ``transition.py`` the transition-matrix
 family, ``selection.py`` the two-network family, then one small file per method.
@@ -10,6 +11,9 @@ from noisylabels.methods.ce import CE
 from noisylabels.methods.core import (
     EpochStatistics,
     NoisyLabelMethod,
+    OptimizerOptions,
+    SpeedOptions,
+    StageSchedule,
     StepOutput,
     VRNLOutput,
     describe_methods,
@@ -35,9 +39,12 @@ __all__ = [
     "Forward",
     "MentorNet",
     "NoisyLabelMethod",
+    "OptimizerOptions",
     "PTD",
     "Reweight",
     "SmallLossMethod",
+    "SpeedOptions",
+    "StageSchedule",
     "StepOutput",
     "TRevision",
     "TransitionMethod",

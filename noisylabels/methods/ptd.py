@@ -1,7 +1,8 @@
 """PTD, part-dependent transition matrices (Xia et al., "Part-dependent Label Noise: Towards
 Instance-dependent Label Noise", NeurIPS 2020).
 
-1. Warm-up: plain cross-entropy on the noisy labels (``warmup_epochs``; reference: 4 on MNIST).
+1. Warm-up: plain cross-entropy on the noisy labels (the schedule's ``warmup_epochs``;
+   reference: 4 on MNIST).
 2. Estimation point: the warm-up network's penultimate features (the input of its last linear
    layer) over the training and noisy-validation splits, without augmentation, are factorised
    by NMF into ``parts`` parts (reference: 10); a sample's weights ``w(x)`` are its NMF
@@ -13,11 +14,11 @@ Instance-dependent Label Noise", NeurIPS 2020).
    ``β_i = p_{y~_i} / (p @ T(x_i))_{y~_i}``, β a constant weight as in the reference. Validation
    accuracy uses ``p @ T(x)`` against the noisy labels; the test accuracy uses the clean ``p``.
 
-4. Revision (``revision_epochs > 0``, the reference's third stage): from the best reweighting
-   model, one ``ΔT`` (C x C, from 0) shared by all samples revises every
-   ``T(x) → rownorm(max(T(x) + ΔT, 0))``; the stage's own Adam (``revision_lr``, reference
-   5e-7) trains it with the network, β not detached (the reference takes ``|T(x) + ΔT|`` where
-   this clips at 0, as T-Revision does).
+4. Revision (the schedule's ``revision_epochs > 0``, the reference's third stage): from the best
+   reweighting model, one ``ΔT`` (C x C, from 0) shared by all samples revises every
+   ``T(x) → rownorm(max(T(x) + ΔT, 0))``; the stage's own Adam (the optimizer group's
+   ``revision_lr``, reference 5e-7) trains it with the network, β not detached (the reference
+   takes ``|T(x) + ΔT|`` where this clips at 0, as T-Revision does).
 
 With ``alpha != 0`` (PTD-VRNL) the variance is that of ``β_i · CE_i``. The reported T̂ (ε_T,
 ``transition_estimate.csv``) is the mean ``T(x)`` over the training split (revised by ΔT in the
@@ -38,6 +39,7 @@ from torch import Tensor, nn
 from noisylabels.errors import InputError
 from noisylabels.methods.core.base import NoisyLabelMethod
 from noisylabels.methods.core.losses import importance_weights
+from noisylabels.methods.core.stages import StageSchedule
 from noisylabels.noise import (
     fit_part_transitions,
     part_noisy_posterior,
@@ -52,32 +54,31 @@ class PTD(NoisyLabelMethod):
 
     Args:
         parts: number of parts ``r`` of the NMF and of part matrices (reference: 10).
-        warmup_epochs: epochs of plain cross-entropy before the parts are estimated (> 0).
         anchor_quantiles: first and last outlier quantile (fractions) of the ``parts`` anchor
             points per class that the part matrices are fitted to (reference: 0.97 to 0.99).
         nmf_max_iter: iterations of scikit-learn's NMF.
         ridge: weight of the penalty pulling every part matrix toward the anchor estimate T̂
             (see :func:`~noisylabels.noise.fit_part_transitions`); 0 is the plain least
             squares of the reference.
+        schedule: the stages (:class:`~noisylabels.methods.core.stages.StageSchedule`), with
+            20 warm-up epochs by default (the parts are estimated from the warm-up model, so
+            there must be one).
         **kwargs: see :class:`~noisylabels.methods.core.base.NoisyLabelMethod`.
     """
 
     def __init__(
         self,
         parts: int = 10,
-        warmup_epochs: int = 20,
         anchor_quantiles: Sequence[float] = (0.97, 0.99),
         nmf_max_iter: int = 200,
         ridge: float = 0.1,
+        schedule: StageSchedule = StageSchedule(warmup_epochs=20),
         **kwargs: Any,
     ) -> None:
-        super().__init__(warmup_epochs=warmup_epochs, **kwargs)
+        super().__init__(schedule=schedule, **kwargs)
         if int(parts) < 1:
             raise InputError(f"parts must be >= 1, got {parts}")
-        if int(warmup_epochs) < 1:
-            raise InputError(
-                "PTD estimates its parts from a warm-up model; --model.warmup_epochs must be > 0"
-            )
+        self.schedule.require_warmup("PTD's parts (the NMF of the network's features)")
         if ridge < 0:
             raise InputError(f"ridge must be >= 0, got {ridge}")
         low, high = (float(q) for q in anchor_quantiles)

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from noisylabels.methods.core.losses import importance_weights
+from noisylabels.methods.core.stages import StageSchedule
 from noisylabels.methods.transition import TransitionMethod
 
 
@@ -26,9 +27,11 @@ class Reweight(TransitionMethod):
     """Importance reweighting with a transition matrix (Liu & Tao 2016).
 
     Args:
-        transition: ``estimate`` (default: warm-up, then T̂), ``true`` or a T file path; see
+        transition: ``estimate`` (default: a warm-up, then T̂), ``true`` or a T file path; see
             :class:`~noisylabels.methods.transition.TransitionMethod` for the estimation options.
         detach_beta: treat ``β`` as a constant (default) or backpropagate through it.
+        schedule: the stages (:class:`~noisylabels.methods.core.stages.StageSchedule`), with 20
+            warm-up epochs by default (the paper; 15 on CIFAR-100).
         **kwargs: see :class:`~noisylabels.methods.transition.TransitionMethod`.
 
     A given T (``true`` or a file) must be invertible with every diagonal entry above chance
@@ -38,9 +41,13 @@ class Reweight(TransitionMethod):
     correction = "reweights by p_y / (p @ T)_y"
 
     def __init__(
-        self, transition: bool | str = "estimate", detach_beta: bool = True, **kwargs: Any
+        self,
+        transition: bool | str = "estimate",
+        detach_beta: bool = True,
+        schedule: StageSchedule = StageSchedule(warmup_epochs=20),
+        **kwargs: Any,
     ) -> None:
-        super().__init__(transition=transition, **kwargs)
+        super().__init__(transition=transition, schedule=schedule, **kwargs)
         self.detach_beta = bool(detach_beta)
 
     def importance_weights(

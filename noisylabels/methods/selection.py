@@ -8,7 +8,7 @@ validation and test accuracy; network 0 (``self.net``) is the one model selectio
 In every batch :meth:`TwoNetworkMethod.select` chooses the samples each network learns from and
 each network's objective is the VRNL objective of the cross-entropies of its chosen samples
 (recorded as the :class:`~noisylabels.methods.core.step.StepOutput` of network 0 and 1). A warm-up
-(``warmup_epochs``) trains both networks on every sample with plain cross-entropy.
+(the schedule's ``warmup_epochs``) trains both networks on every sample with plain cross-entropy.
 
 The small-loss methods drop a fraction ``tau_t`` of each batch: ``tau_t`` ramps linearly from 0
 at the first epoch of the method's own stage to ``tau`` after ``ramp_epochs`` epochs (Han et al.
@@ -87,7 +87,7 @@ class SmallLossMethod(TwoNetworkMethod):
         forget_rate: ``tau``: a number in [0, 1); ``noise_rate``: the data's nominal noise rate
             (synthetic noise only: label files and real noise have none, so give a number or
             ``estimate``); ``estimate``: ``1 - mean(diag T̂)`` of T̂ estimated by anchor points
-            from network 0 after ``warmup_epochs`` (which must then be > 0).
+            from network 0 after the schedule's ``warmup_epochs`` (which must then be > 0).
         ramp_epochs: epochs over which ``tau_t`` rises linearly from 0 to ``tau``, counted from
             the first epoch of the method's own stage (Han et al. 2018: 10).
         filter_outliers: the anchor points' 97th-percentile filter, for ``estimate``.
@@ -110,11 +110,8 @@ class SmallLossMethod(TwoNetworkMethod):
                     f"forget_rate must be a number in [0, 1) or one of {FORGET_RATES}, "
                     f"got {forget_rate!r}"
                 )
-            if forget_rate == "estimate" and not self.has_warmup_stage:
-                raise InputError(
-                    "forget_rate: estimate estimates T̂ from a warm-up model; set "
-                    "--model.warmup_epochs to a positive number of epochs"
-                )
+            if forget_rate == "estimate":
+                self.schedule.require_warmup("--model.forget_rate estimate: T̂")
         elif not 0.0 <= float(forget_rate) < 1.0:
             raise InputError(f"forget_rate must lie in [0, 1), got {forget_rate}")
         if int(ramp_epochs) < 0:
@@ -141,7 +138,7 @@ class SmallLossMethod(TwoNetworkMethod):
                 f"forget_rate: noise_rate needs the data's nominal noise rate, which noise "
                 f"type {noise!r} does not have; pass --model.forget_rate "
                 "with a number (e.g. the label file's known noise rate), or "
-                "--model.forget_rate estimate with --model.warmup_epochs N"
+                "--model.forget_rate estimate with --model.schedule.warmup_epochs N"
             )
         return float(rate)
 

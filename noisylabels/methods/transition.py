@@ -41,18 +41,16 @@ class TransitionMethod(NoisyLabelMethod):
     ``T[i, j] = P(noisy=j | clean=i)``): given, loaded, or estimated after a warm-up.
 
     Args:
-        transition: ``true``: the true T of the synthetic noise; ``estimate``: train plain CE for
-            ``warmup_epochs``, then estimate T̂ from the model's outputs on the training split
-            (without augmentation) and correct with it; otherwise a path to a T file (``.pt``,
-            ``.npy``, ``.csv``).
+        transition: ``true``: the true T of the synthetic noise; ``estimate``: train plain CE
+            for the schedule's ``warmup_epochs`` (at least 1; the paper: 20, 15 on CIFAR-100),
+            then estimate T̂ from the model's outputs on the training split (without
+            augmentation) and correct with it; otherwise a path to a T file (``.pt``, ``.npy``,
+            ``.csv``). A given T (``true``, a file) has nothing to estimate, so its schedule has
+            no warm-up. Under ``fast_dev_run`` the first half of the batches is the warm-up,
+            then T̂ is estimated (a degenerate estimate replaced by the identity) and the
+            corrected stage runs.
         estimator: ``anchor`` (anchor points; Patrini et al. 2017) or ``dual_t`` (Yao et al.
             2020) for ``transition: estimate``.
-        warmup_epochs: epochs of plain CE (no VRNL) before the estimate (paper: 20; 15 on
-            CIFAR-100); used with ``transition: estimate`` only, where it must be at least 1
-            (T̂ of an untrained network is refused) and smaller than ``max_epochs``. Under
-            ``fast_dev_run`` the first half of the batches is the warm-up, then T̂ is
-            estimated (a degenerate estimate replaced by the identity) and the corrected
-            stage runs.
         filter_outliers: ignore outputs at or above each column's ``outlier_quantile`` when
             picking anchor points (paper: on for MNIST and CIFAR-10, off for CIFAR-100).
         outlier_quantile: the filter's quantile, a fraction (0.97 = 97th percentile).
@@ -70,14 +68,13 @@ class TransitionMethod(NoisyLabelMethod):
         self,
         transition: bool | str = True,
         estimator: str = "anchor",
-        warmup_epochs: int = 20,
         filter_outliers: bool = True,
         outlier_quantile: float = 0.97,
         transition_bias: float = 0.0,
         bias_seed: int = 0,
         **kwargs: Any,
     ) -> None:
-        super().__init__(warmup_epochs=warmup_epochs, **kwargs)
+        super().__init__(**kwargs)
         if transition is False:
             raise InputError(
                 "--model.transition false leaves nothing to correct with; use the CE method, "
@@ -98,6 +95,20 @@ class TransitionMethod(NoisyLabelMethod):
             )
         if not transition_bias >= 0.0:
             raise InputError(f"--model.transition_bias (γ) must be >= 0, got {transition_bias}")
+        if transition == ESTIMATE:
+            self.schedule.require_warmup(
+                f"{type(self).__name__} with --model.transition estimate: T̂",
+                " (the paper: 20; 15 on CIFAR-100), or correct with a known T: "
+                "--model.transition true or a T file",
+            )
+        elif self.schedule.has_warmup:
+            raise InputError(
+                f"--model.transition {'true' if transition is True else transition} corrects "
+                "with a given T, which "
+                "has nothing to estimate from a warm-up, but --model.schedule.warmup_epochs is "
+                f"{self.schedule.warmup_epochs}: set --model.schedule.warmup_epochs 0 "
+                "(configs/protocol/true_t.yaml does), or estimate T: --model.transition estimate"
+            )
         self.transition_source = transition
         self.register_buffer("T", torch.eye(self.num_classes))
 
@@ -115,11 +126,6 @@ class TransitionMethod(NoisyLabelMethod):
         dual_t = self.estimates_transition and self.hparams.estimator == "dual_t"
         return f"{name}-DualT" if dual_t else name
 
-    @property
-    def has_warmup_stage(self) -> bool:
-        """A warm-up stage precedes the correction only when T̂ is estimated."""
-        return self.estimates_transition
-
     def transition(self) -> Tensor | None:
         """The T this method corrects with; ``None`` while T̂ is not estimated yet."""
         return None if self.in_warmup else self.T
@@ -130,21 +136,6 @@ class TransitionMethod(NoisyLabelMethod):
     def store_transition(self, T: Tensor) -> None:
         """Make ``T`` (row-stochastic) the transition matrix this run corrects with."""
         self.T.copy_(T.to(self.T))
-
-    def check_stages_fit(self) -> None:
-        """Also refuse ``transition: estimate`` without warm-up epochs (not under
-        ``fast_dev_run``): T̂ would come from an untrained network."""
-        super().check_stages_fit()
-        trainer = self._trainer
-        fast = trainer is not None and bool(trainer.fast_dev_run)
-        if self.estimates_transition and int(self.hparams.warmup_epochs) < 1 and not fast:
-            raise InputError(
-                f"{type(self).__name__} with --model.transition estimate estimates T̂ from the "
-                "warm-up model, but --model.warmup_epochs is 0, so T̂ would come from an "
-                "untrained network (the run ends far below what the method reaches, without an "
-                "error). Set --model.warmup_epochs N (the paper: 20; 15 on CIFAR-100), or "
-                "correct with a known T: --model.transition true or a T file"
-            )
 
     # ---------------------------------------------------------------- given T
     def setup(self, stage: str) -> None:
@@ -271,8 +262,8 @@ class TransitionMethod(NoisyLabelMethod):
         rank_zero_warn(
             f"{name}: the T̂ estimated at epoch {self.current_epoch} is degenerate "
             f"({condition.describe()}): the corrected stage may diverge or learn little. A "
-            "longer warm-up (--model.warmup_epochs), the other estimator (--model.estimator) or "
-            "a known T (--model.transition true or a T file) avoids it."
+            "longer warm-up (--model.schedule.warmup_epochs), the other estimator "
+            "(--model.estimator) or a known T (--model.transition true or a T file) avoids it."
         )
         return T_hat
 
@@ -357,6 +348,7 @@ def warn_near_chance(T_hat: Tensor, warmup_val_acc: float | None = None) -> bool
         f"T̂ was estimated from a warm-up model near chance (mean diagonal of T̂ {diag:.3f}{acc}; "
         f"chance is 1/C = {1.0 / c:.3f}): it does not describe the noise, and the method "
         "corrects with it from now on. Give the warm-up more epochs or a larger learning rate "
-        "(--model.warmup_epochs, --model.lr), or give T (--model.transition true or a T file)."
+        "(--model.schedule.warmup_epochs, --model.optim.lr), or give T (--model.transition "
+        "true or a T file)."
     )
     return True

@@ -1,15 +1,16 @@
 """T-Revision (Xia et al., "Are Anchor Points Really Indispensable in Label-Noise Learning?",
 NeurIPS 2019): importance reweighting with a transition matrix that is revised while training.
 
-1. Warm-up: plain cross-entropy on the noisy labels (``warmup_epochs``; reference: 20, 15 on
-   CIFAR-100), then T̂ is estimated from the warm-up model (anchor points or Dual-T).
+1. Warm-up: plain cross-entropy on the noisy labels (the schedule's ``warmup_epochs``;
+   reference: 20, 15 on CIFAR-100), then T̂ is estimated from the warm-up model (anchor points
+   or Dual-T).
 2. Reweighting: per-sample loss ``l_i = β_i · CE(z_i, y~_i)`` with
    ``β_i = p_{y~_i} / (p @ T)_{y~_i}``.
-3. Revision (``revision_epochs > 0``, the reference's protocol): from the best reweighting model,
-   ``ΔT`` (C x C, from 0) and the network are trained together by the stage's own Adam
-   (``revision_lr``, reference 5e-7) on the same loss with the revised
-   ``T = rownorm(max(T̂ + ΔT, 0))``, β not detached, so the gradient reaches ΔT and the network
-   through β. In stage 2 T̂ is then fixed.
+3. Revision (the schedule's ``revision_epochs > 0``, the reference's protocol): from the best
+   reweighting model, ``ΔT`` (C x C, from 0) and the network are trained together by the
+   stage's own Adam (the optimizer group's ``revision_lr``, reference 5e-7) on the same loss
+   with the revised ``T = rownorm(max(T̂ + ΔT, 0))``, β not detached, so the gradient reaches
+   ΔT and the network through β. In stage 2 T̂ is then fixed.
 
 With ``revision_epochs: 0`` the revision is joint instead: ΔT is learned from the first
 reweighting epoch by its own Adam (``delta_lr``) while the network trains with β as
@@ -38,13 +39,13 @@ class TRevision(Reweight):
     """T-Revision (Xia et al. 2019): reweighting with T̂ + ΔT, ΔT learned.
 
     Args:
-        delta_lr: learning rate of ΔT's Adam optimizer in a joint revision
-            (``revision_epochs: 0``; reference: 5e-7).
+        delta_lr: learning rate of ΔT's Adam optimizer in a joint revision (the schedule's
+            ``revision_epochs: 0``; reference: 5e-7).
         delta_weight_decay: weight decay of ΔT in a joint revision (reference: the model's, 1e-4).
         **kwargs: see :class:`~noisylabels.methods.reweight.Reweight` (``transition``,
-            ``estimator``, ``warmup_epochs``, ...) and, for the revision stage,
-            :class:`~noisylabels.methods.core.base.NoisyLabelMethod` (``revision_epochs``,
-            ``revision_lr``, ``revision_weight_decay``, ``revision_model``).
+            ``estimator``, ``schedule``, ...); the revision stage is the schedule's
+            (``revision_epochs``, ``revision_model``) with the optimizer group's
+            ``revision_lr`` and ``revision_weight_decay``.
 
     ``detach_beta: true`` (default) makes β a constant weight for the network in the
     reweighting stage, as in the reference. In a joint revision ΔT still learns through β; the
@@ -116,7 +117,7 @@ class TRevision(Reweight):
         """The network's optimizer (with its LR schedule) and, in a joint revision, ΔT's Adam;
         with a revision stage, the stage's own Adam over the network and ΔT."""
         hp = self.hparams
-        opt_net = self.make_optimizer(self.net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
+        opt_net = self.make_optimizer(self.net.parameters())
         optimizers = [opt_net]
         if not self.has_revision_stage:
             optimizers.append(

@@ -35,7 +35,7 @@ class VolMinNet(NoisyLabelMethod):
         kappa: initial value ``-kappa`` of every entry of ``W`` (paper: 2; 4.5 on CIFAR-100).
         lam: weight λ of ``log|det T|`` (paper: 1e-4).
         t_optimizer: optimizer of T, ``adam`` (MNIST, CIFAR-100) or ``sgd`` (CIFAR-10; with the
-            module's ``momentum``).
+            optimizer group's ``momentum``).
         t_lr: learning rate of T (paper: 0.01).
         t_weight_decay: weight decay of T (paper: 0).
         **kwargs: see :class:`~noisylabels.methods.core.base.NoisyLabelMethod`.
@@ -109,6 +109,6 @@ class VolMinNet(NoisyLabelMethod):
         """The classifier's optimizer and T's own (both step on every batch, with the same
         LR milestones)."""
         hp = self.hparams
-        opt_net = self.make_optimizer(self.net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
+        opt_net = self.make_optimizer(self.net.parameters())
         opt_t = self.make_optimizer([self.W], hp.t_optimizer, hp.t_lr, hp.t_weight_decay)
         return [opt_net, opt_t], [self.make_scheduler(opt_net), self.make_scheduler(opt_t)]

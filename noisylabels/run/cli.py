@@ -29,11 +29,17 @@ from lightning.pytorch.utilities import rank_zero_only
 from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, option_error, user_error
 from noisylabels.methods import NoisyLabelMethod, describe_methods
+from noisylabels.methods.core.groups import OPTION_GROUPS, option_group_of
 from noisylabels.run import identity, resume
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.chatter import drop_tips
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
-from noisylabels.run.compose import ComposedConfigFile, default_root_dir, planned_epochs
+from noisylabels.run.compose import (
+    ComposedConfigFile,
+    default_root_dir,
+    planned_epochs,
+    schedule_epochs,
+)
 from noisylabels.run.defaults import class_path
 from noisylabels.run.devices import device_error
 from noisylabels.run.fit import fit_and_test
@@ -41,9 +47,10 @@ from noisylabels.run.loggers import fill_save_dirs, logger_keys, share_run_folde
 from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
 from noisylabels.run.rules import check_run_length, folder_problem
 
-# the paper's protocol, where a config does not say otherwise; a run folder named after the
-# config's data and method where no config names one (runs/<dataset>_<method>, see compose)
-TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": 80, "devices": 1, "default_root_dir": None}
+# one device where a config does not say otherwise; the epochs of the method's stage schedule
+# and a run folder named after the config's data and method (runs/<dataset>_<method>) where no
+# config names them (see before_instantiate_classes)
+TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": None, "devices": 1, "default_root_dir": None}
 
 MAX_SEED = 2**32 - 1  # numpy's seeds are unsigned 32-bit integers
 # --ckpt_path values Lightning resolves itself (for validate/test/predict after a fit)
@@ -91,6 +98,10 @@ class NoisyLabelsCLI(LightningCLI):
             self.command: list[str] | None = [
                 str(a) for a in (sys.argv[1:] if args is None else args)
             ]
+            nulls = with_group_nulls(self.command)
+            if nulls != self.command:  # Lightning's parse (it would warn of args beside argv)
+                self.config = parser.parse_args(nulls)
+                return
         else:
             self.command = None
         super().parse_arguments(parser, args)
@@ -197,14 +208,18 @@ class NoisyLabelsCLI(LightningCLI):
             )
 
     def before_instantiate_classes(self) -> None:
-        """Resolve ``--trainer.precision`` left unset (null): ``bf16-mixed`` where the run
-        trains on a CUDA GPU with bf16 support, Lightning's ``32-true`` elsewhere; and
-        ``--trainer.default_root_dir`` left unset: ``runs/<dataset>_<method>``; a logger that
-        requires a ``save_dir`` and has none writes under that root, as the default logger does
-        (:mod:`noisylabels.run.loggers`). The resolved values are what ``config.yaml`` records.
-        Refuse a fit that would train forever or whose folder cannot be made."""
+        """Resolve ``--trainer.max_epochs`` left unset (null): the epochs of the method's stage
+        schedule, warm-up + main + revision (:func:`~noisylabels.run.compose.schedule_epochs`);
+        ``--trainer.precision`` left unset: ``bf16-mixed`` where the run trains on a CUDA GPU
+        with bf16 support, Lightning's ``32-true`` elsewhere; and ``--trainer.default_root_dir``
+        left unset: ``runs/<dataset>_<method>``; a logger that requires a ``save_dir`` and has
+        none writes under that root, as the default logger does (:mod:`noisylabels.run.loggers`).
+        The resolved values are what ``config.yaml`` records. Refuse a fit that would train
+        forever or whose folder cannot be made."""
         config = self.config.get(self.subcommand, self.config)
         trainer = config.get("trainer")
+        if trainer is not None and trainer.get("max_epochs") is None and config.get("model"):
+            trainer["max_epochs"] = schedule_epochs(config.get("model"))
         if trainer is not None and trainer.get("precision") is None:
             trainer["precision"] = auto_precision(trainer.get("accelerator"))
         if trainer is not None and not trainer.get("default_root_dir"):
@@ -377,12 +392,51 @@ def lightning_command(args: list[str] | None = None) -> NoisyLabelsCLI:
     try:
         return make_cli(None if args is None else argv)
     except ArgumentError as err:
-        raise option_error(err) from err
+        raise with_group_hint(option_error(err)) from err
     except Exception as err:
         found = user_error(err) or constructor_error(err) or device_error(err)
         if found is None or found is err:
             raise
         raise found from err  # the user error jsonargparse wrapped into its own
+
+
+GROUP_OPTION = re.compile(r"--model\.(\w+)\.(\w+)(?:=(.*))?$")
+
+
+def with_group_nulls(argv: list[str]) -> list[str]:
+    """``argv`` with ``--model.GROUP.OPTION null`` of an option group written as
+    ``--model.GROUP '{OPTION: null}'``: jsonargparse hands an option nested in a method's
+    ``init_args`` on as the text of its value, which makes null the string ``None``."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        found = GROUP_OPTION.match(argv[i])
+        value = found and (found.group(3) if found.group(3) is not None else None)
+        if found and value is None and i + 1 < len(argv):
+            value, step = argv[i + 1], 2
+        else:
+            step = 1
+        if found and found.group(1) in OPTION_GROUPS and value in ("null", "~"):
+            out += [f"--model.{found.group(1)}", f"{{{found.group(2)}: null}}"]
+            i += step
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+def with_group_hint(error: InputError) -> InputError:
+    """``error``, refusing a method option that lives in an option group (``--model.lr``, or
+    ``lr:`` under a config's ``init_args``), with where it is: ``--model.optim.lr``."""
+    found = re.search(r"Option '(\w+)' is not accepted|unrecognized arguments: --(\w+)", str(error))
+    option = found and (found.group(1) or found.group(2))
+    group = option_group_of(option) if option else None
+    if group is None:
+        return error
+    return type(error)(
+        f"{error} The method's option {option} is --model.{group}.{option} (in a config: "
+        f"{group}: {{{option}: ...}} under model.init_args)"
+    )
 
 
 # jsonargparse's report of a class that could not be built, and the groups the CLI builds

@@ -24,19 +24,24 @@ where no preset names the folder) goes to ``runs/<dataset>_<method>``
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import importlib
+import inspect
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from jsonargparse import ActionConfigFile
 from jsonargparse import Path as ConfigPath
 
 from noisylabels.errors import InputError, MissingFileError
+
+if TYPE_CHECKING:  # the methods import torch: only a run's epochs need them
+    from noisylabels.methods.core.stages import StageSchedule
 
 COMPOSE_KEY = "compose"
 RUNS = Path("runs")  # where runs go when the config names no folder
@@ -192,20 +197,63 @@ class ComposedConfigFile(ActionConfigFile):
 
 
 def planned_epochs(values: Any, defaults: Mapping[str, Any]) -> int | None:
-    """The ``trainer.max_epochs`` that the ``--config`` files ``values`` set (the last one
-    that sets it, composed files first), before any command-line option: the epochs of the
-    run's protocol (its preset); ``defaults['max_epochs']`` where no file sets it, ``None``
-    where a value is config text rather than a file."""
+    """The epochs that the ``--config`` files ``values`` plan (the last file that sets
+    ``trainer.max_epochs``, composed files first; else the total of the stage schedule they give
+    the method, :func:`schedule_epochs`), before any command-line option: the epochs of the
+    run's protocol (its preset); ``defaults['max_epochs']`` where it is set and no file sets
+    one, ``None`` where a value is config text rather than a file."""
     epochs = defaults.get("max_epochs")
+    model: dict[str, Any] = {"init_args": {"schedule": {}}}
     for value in values or []:
         path = _as_file(str(value))
         if path is None:
             return None
         for _, content, _ in read_composed(path):
-            trainer = (content or {}).get("trainer") if isinstance(content, dict) else None
+            content = content if isinstance(content, dict) else {}
+            trainer, group = content.get("trainer"), content.get("model")
             if isinstance(trainer, dict) and "max_epochs" in trainer:
                 epochs = trainer["max_epochs"]
+            if isinstance(group, dict):
+                model["class_path"] = group.get("class_path", model.get("class_path"))
+                args = group.get("init_args")
+                schedule = args.get("schedule") if isinstance(args, dict) else None
+                if isinstance(schedule, dict):
+                    model["init_args"]["schedule"].update(schedule)
+    if epochs is None:
+        try:
+            epochs = schedule_epochs(model)
+        except (TypeError, ValueError):  # not a schedule: the run refuses it, naming it
+            return None
     return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None
+
+
+def default_schedule(class_path: str | None) -> StageSchedule:
+    """The stage schedule of a method class (a ``class_path``, or a name in
+    :mod:`noisylabels.methods`) whose config gives none: the default of the ``schedule`` of its
+    constructor (the base method's where the class is unknown)."""
+    from noisylabels.methods.core.stages import StageSchedule
+
+    cls = import_class(class_path, "noisylabels.methods") if class_path else None
+    for klass in getattr(cls, "__mro__", ()):
+        init = vars(klass).get("__init__")
+        parameter = inspect.signature(init).parameters.get("schedule") if init else None
+        if parameter is not None and isinstance(parameter.default, StageSchedule):
+            return parameter.default
+    return StageSchedule()
+
+
+def schedule_epochs(model: Any) -> int:
+    """The epochs of a run of the method config group ``model`` (``class_path`` and
+    ``init_args``, whose ``schedule`` may give some of the stage options): warm-up, the method's
+    own stage and revision (:attr:`StageSchedule.total_epochs`), what ``noisylabels fit``
+    trains unless ``--trainer.max_epochs`` is given. Bad stage options raise
+    :class:`~noisylabels.errors.InputError` naming them."""
+    class_path, args = _part(model)
+    schedule = args.get("schedule")
+    default = default_schedule(class_path)
+    if not isinstance(schedule, Mapping):
+        return default.total_epochs
+    return dataclasses.replace(default, **schedule).total_epochs
 
 
 def import_class(class_path: str, package: str = "") -> Any:

@@ -10,7 +10,11 @@ The command line's ``fit`` is :func:`fit_and_test`; from Python it is the same r
     L.seed_everything(0, workers=True)  # as noisylabels fit does (--seed_everything 0)
     data = MNISTDataModule(data_dir="DATA", noise_type="symmetric", noise_rate=0.2)
     model = Forward(alpha=0.1, transition=True, num_classes=10, input_shape=(1, 28, 28))
-    results = fit_and_test(model, data, L.Trainer(max_epochs=80))
+    results = fit_and_test(model, data, L.Trainer(max_epochs=model.schedule.total_epochs))
+
+The trainer's ``max_epochs`` is the caller's: ``noisylabels fit`` derives it from the method's
+stage schedule (warm-up + main + revision, :attr:`~noisylabels.methods.StageSchedule.total_epochs`)
+unless ``--trainer.max_epochs`` is given, a ``Trainer`` built in Python trains what it says.
 
 A method is not a run: what a run observes and stops on (T̂ monitoring, the divergence stop, the
 epoch log, the data module's reports) are the :func:`run_callbacks`, and what it records is the
@@ -131,7 +135,9 @@ def fit_and_test(
     set, and record the run in its folder (``results.json``, ``config.yaml``, the noise, the
     final T̂, the per-sample record, the checkpoints; :class:`~noisylabels.run.record.RunRecorder`
     writes them all): ``noisylabels fit``'s run. ``model`` may be any ``LightningModule`` that
-    logs ``val/acc`` (and ``test/acc`` when tested).
+    logs ``val/acc`` (and ``test/acc`` when tested). The run trains the ``trainer``'s
+    ``max_epochs``; a method's stage schedule plans ``model.schedule.total_epochs`` (what
+    ``noisylabels fit`` trains where ``--trainer.max_epochs`` is not given).
 
     Args:
         ckpt_path: the checkpoint to continue from: a checkpoint file, a run folder (its

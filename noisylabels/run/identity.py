@@ -1,9 +1,9 @@
 """What a run is: the options that determine its result, and the few that may change on resume.
 
 A run's **identity** is a flat mapping of dotted names to plain values: the method's class and
-hyperparameters (``model.lr``, ``model.alpha``, ``model.milestones``, ...), the data module's
-class and options (``data.noise_type``, ``data.noise_rate``, ``data.noise_seed``, ...), the
-training seed (``seed``), the trainer's settings (``trainer.precision``,
+hyperparameters (``model.optim.lr``, ``model.alpha``, ``model.schedule.milestones``, ...), the
+data module's class and options (``data.noise_type``, ``data.noise_rate``, ``data.noise_seed``,
+...), the training seed (``seed``), the trainer's settings (``trainer.precision``,
 ``trainer.accumulate_grad_batches``, ...), how the best checkpoint is chosen
 (``checkpoint.monitor``, ``checkpoint.mode``), ``tail_test_epochs``, and, once the data is set up,
 the SHA-256 of the noisy training labels (``labels.sha256``) and of every input file the run
@@ -50,9 +50,9 @@ RESUMABLE: dict[str, str] = {
     "data.num_workers": "how many processes load batches (the order is the sampler's)",
     "data.eval_batch_size": "the batch size of evaluation passes, which train nothing",
     "model.weight_warning": "when the VRNL weight warning is printed",
-    "model.compile": "how the network is executed (the same arithmetic, compiled or eager)",
-    "model.compile_backend": "how the network is executed",
-    "model.channels_last": "the memory layout of activations",
+    "model.speed.compile": "how the network is executed (the same arithmetic, compiled or eager)",
+    "model.speed.compile_backend": "how the network is executed",
+    "model.speed.channels_last": "the memory layout of activations",
     "test_after_fit": "whether the final test runs",
 }
 """The options a resume may change, with why each cannot change what the run computes."""
@@ -301,7 +301,7 @@ def flat_options(
     trainer_options: Mapping[str, Any] | None,
     run_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every option of a run, flat (``model.lr``, ``trainer.max_epochs``, ...)."""
+    """Every option of a run, flat (``model.optim.lr``, ``trainer.max_epochs``, ...)."""
     out = _flat("model", model_hparams)
     out.update(_flat("data", data_hparams))
     out.update(_flat("trainer", trainer_options))
@@ -310,7 +310,8 @@ def flat_options(
 
 
 def describe(changes: Mapping[str, list[Any]], limit: int = 12) -> str:
-    """``model.lr 0.05 (now 1e-07); seed 0 (now 1)`` for the first ``limit`` differences."""
+    """``model.optim.lr 0.05 (now 1e-07); seed 0 (now 1)`` for the first ``limit``
+    differences."""
     items = [f"{name} {_short(a)} (now {_short(b)})" for name, (a, b) in changes.items()]
     more = f"; and {len(items) - limit} more" if len(items) > limit else ""
     return "; ".join(items[:limit]) + more

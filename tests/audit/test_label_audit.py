@@ -59,7 +59,7 @@ def folder_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str
     root, planted = planted_folder(tmp_path_factory.mktemp("planted"))
     run = _fit(
         tmp_path_factory.mktemp("folder_run"), "--config", QUICKSTART,
-        "--model", "CE", "--model.warmup_epochs", "0", "--model.alpha", "0",
+        "--model", "CE", "--model.schedule.warmup_epochs", "0", "--model.alpha", "0",
         "--data", "noisylabels.data.ImageFolderDataModule", "--data.data_dir", str(root),
         "--data.image_size", "16", "--data.resize_size", "16", "--data.num_workers", "0",
         "--data.noise_type", "none", "--trainer.max_epochs", "15",
@@ -206,7 +206,7 @@ def test_a_label_file_run(tmp_path: Path) -> None:
     path.write_text("\n".join(str(int(v)) for v in labels) + "\n")
     run = _fit(
         tmp_path / "runs", "--config", QUICKSTART, "--model.transition", "estimate",
-        "--model.warmup_epochs", "1", "--data.noise_type", "file", "--data.noise_file",
+        "--model.schedule.warmup_epochs", "1", "--data.noise_type", "file", "--data.noise_file",
         str(path), "--trainer.max_epochs", "3",
     )  # fmt: skip
     issues = audit(run, grid=False)

@@ -16,7 +16,7 @@ def _trainer(epoch: int = 4) -> SimpleNamespace:
 
 
 def _module(alpha: float = 0.1, lr: float = 0.5, in_warmup: bool = False) -> SimpleNamespace:
-    return SimpleNamespace(hparams={"alpha": alpha, "lr": lr}, in_warmup=in_warmup)
+    return SimpleNamespace(hparams={"alpha": alpha, "optim": {"lr": lr}}, in_warmup=in_warmup)
 
 
 def _steps(guard: DivergenceGuard, trainer, module, losses) -> None:
@@ -31,7 +31,7 @@ def test_the_cpu_stops_at_the_first_bad_step() -> None:
         _steps(guard, trainer, _module(), [1.0, 2.0, float("nan"), 1.0])
     message = str(err.value)
     assert "epoch 4, training step 2 of 20" in message and "nan" in message
-    assert "alpha=0.1" in message and "--model.alpha" in message and "--model.lr" in message
+    assert "alpha=0.1" in message and "--model.alpha" in message and "--model.optim.lr" in message
 
 
 def test_the_deferred_check_names_the_first_bad_step_without_reading_each_loss() -> None:
@@ -58,7 +58,7 @@ def test_without_vrnl_the_learning_rate_is_the_likely_cause() -> None:
     for module in (_module(alpha=0.0), _module(alpha=0.1, in_warmup=True)):
         with pytest.raises(DivergenceError) as err:
             _steps(DivergenceGuard(), _trainer(), module, [float("inf")])
-        assert "alpha" not in str(err.value) and "--model.lr" in str(err.value)
+        assert "alpha" not in str(err.value) and "--model.optim.lr" in str(err.value)
 
 
 def _with_transition(T: torch.Tensor, estimated: bool = True) -> SimpleNamespace:

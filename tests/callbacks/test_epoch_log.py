@@ -38,7 +38,7 @@ def test_a_line_per_epoch_without_progress_bar(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "noisylabels.cli", "fit", "--config",
          str(CONFIGS / "quickstart.yaml"), "--model.transition", "estimate",
-         "--model.warmup_epochs", "2", "--trainer.max_epochs", "4",
+         "--model.schedule.warmup_epochs", "2", "--trainer.max_epochs", "4",
          "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -86,8 +86,8 @@ def test_a_warmup_at_chance_warns(run_cli, tmp_path: Path) -> None:
     signs, and what to do."""
     with pytest.warns(UserWarning, match="near chance") as caught:
         run_cli("fit", "--config", str(CONFIGS / "quickstart.yaml"), "--model.transition",
-                "estimate", "--model.warmup_epochs", "1", "--model.lr", "1e-9",
+                "estimate", "--model.schedule.warmup_epochs", "1", "--model.optim.lr", "1e-9",
                 "--trainer.max_epochs", "2", "--test_after_fit", "false")  # fmt: skip
     (message,) = [str(w.message) for w in caught if "near chance" in str(w.message)]
-    assert "mean diagonal of T̂ 0.1" in message and "--model.warmup_epochs" in message
+    assert "mean diagonal of T̂ 0.1" in message and "--model.schedule.warmup_epochs" in message
     assert "warm-up noisy-validation accuracy" in message

@@ -298,7 +298,7 @@ SHORT = ["--trainer.max_epochs", "6", "--trainer.limit_train_batches", "5"]
     "args, judged",
     [
         ([*QUICKSTART, *SHORT, "--model.alpha", "5"], True),  # VRNL's loss frozen
-        ([*QUICKSTART, *SHORT, "--model.lr", "1000"], True),
+        ([*QUICKSTART, *SHORT, "--model.optim.lr", "1000"], True),
         ([*COTEACHING, "--trainer.max_epochs", "6", "--model.alpha", "5"], False),  # loss rising
     ],
     ids=["forward-alpha-5", "forward-lr-1000", "coteaching-alpha-5"],

@@ -245,7 +245,7 @@ def _fit_digits(run_cli, root: Path, *extra: str) -> Any:
         str(CONFIGS / "quickstart.yaml"),
         "--trainer.max_epochs",
         "1",
-        "--model.lr",
+        "--model.optim.lr",
         "1e-12",
         ONLY_CALLBACK,
         *extra,

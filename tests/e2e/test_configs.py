@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+import resolved
 from conftest import CONFIGS, REPO
 
 PRESETS = sorted(p for p in CONFIGS.glob("*.yaml") if p.stem != "quickstart")
@@ -44,8 +45,25 @@ def test_presets_compose_their_data_and_method_group() -> None:
         assert (data, group) == (f"data/{dataset}.yaml", f"method/{method}.yaml"), preset.name
         assert all(p.startswith("protocol/") for p in protocols), preset.name
         assert content["trainer"]["default_root_dir"] == f"runs/{preset.stem}", preset.name
-        own = sum(len(v) if isinstance(v, dict) else 1 for k, v in content.items())
-        assert own <= 8, f"{preset.name} repeats what its groups say"
+        assert set(content["trainer"]) == {"default_root_dir"}, preset.name
+        model = (content.get("model") or {}).get("init_args") or {}
+        assert len(model) <= 3, f"{preset.name} repeats what its groups say"
+
+
+def test_no_config_restates_the_epochs_the_code_derives() -> None:
+    """No shipped config or sweep sets ``trainer.max_epochs``: a run trains its stage schedule's
+    epochs (warm-up + main + revision) unless the command line says otherwise."""
+    for path in sorted(CONFIGS.rglob("*.yaml")):
+        content = yaml.safe_load(path.read_text()) or {}
+        sweep_args = [content.get("args") or {}] + [
+            value
+            for axis in (content.get("axes") or {}).values()
+            if isinstance(axis, dict)
+            for value in axis.values()
+            if isinstance(value, dict)
+        ]
+        assert "max_epochs" not in (content.get("trainer") or {}), path
+        assert all("trainer.max_epochs" not in args for args in sweep_args), path
 
 
 def test_groups_compose_on_the_command_line(capsys) -> None:
@@ -61,6 +79,24 @@ def test_groups_compose_on_the_command_line(capsys) -> None:
         capsys, CONFIGS / "method" / "forward_vrnl.yaml", CONFIGS / "data" / "mnist.yaml", args=root
     )
     assert swapped == preset
+
+
+def test_an_option_of_a_group_is_set_alone_on_the_command_line(capsys) -> None:
+    """``--model.schedule.X`` changes that option only (the group's others stay the config's),
+    null included, in either spelling."""
+    config = resolve(
+        capsys,
+        CONFIGS / "mnist_forward.yaml",
+        args=("--model.schedule.warmup_momentum", "null", "--model.schedule.decay_beta1=null",
+              "--model.schedule.warmup_epochs", "15", "--model.optim.lr", "0.05"),
+    )  # fmt: skip
+    schedule, optim = (
+        config["model"]["init_args"]["schedule"],
+        config["model"]["init_args"]["optim"],
+    )
+    assert schedule["warmup_momentum"] is None and schedule["decay_beta1"] is None
+    assert schedule["warmup_epochs"] == 15 and schedule["main_stage_init"] == "reinit"
+    assert optim == {**optim, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4}
 
 
 def test_every_group_file_parses(capsys) -> None:
@@ -87,6 +123,62 @@ def test_compose_errors_name_the_files(tmp_path: Path) -> None:
         run(["fit", "--config", str(tmp_path / "c.yaml"), "--print_config"])
 
 
+# ---------------------------------------------------------------- the same runs as recorded
+def changes(before: dict[str, Any], now: dict[str, Any]) -> dict[str, list[Any]]:
+    """``{name: [recorded, now]}`` for the values of a run that differ, by the names of before
+    the options moved; a method option that did not exist then is a change too (data options
+    added since are not the method's)."""
+    old = resolved.as_old(now)
+    out = {k: [v, old.get(k, "missing")] for k, v in before.items() if old.get(k, "missing") != v}
+    for key in sorted(set(old) - set(before)):
+        if key.startswith("model."):
+            out[key] = ["missing", old[key]]
+    return out
+
+
+@pytest.fixture(scope="module")
+def resolver() -> resolved.Resolver:
+    return resolved.Resolver()
+
+
+def test_every_shipped_config_resolves_to_the_run_it_recorded(resolver) -> None:
+    """Every preset, the quickstart and every group resolve to the method, options, data and
+    epochs recorded in ``resolved_configs.json`` (before the method options moved into groups:
+    ``resolved.MOVED`` names where each went)."""
+    configs, _ = resolved.recorded()
+    shipped = resolved.shipped_configs()
+    assert set(configs) <= set(shipped), "a shipped config is gone"
+    different = {}
+    for name, before in configs.items():
+        found = changes(before, resolver(shipped[name]))
+        if found:
+            different[name] = found
+    assert not different
+
+
+def test_the_epochs_a_preset_plans_are_those_its_run_trains(resolver) -> None:
+    """``results.json``'s ``protocol_epochs`` (what the config files plan, read from the files
+    with the method class's own schedule defaults) equal the epochs ``noisylabels fit`` derives
+    for every preset and group."""
+    from noisylabels.run.cli import TRAINER_DEFAULTS
+    from noisylabels.run.compose import planned_epochs
+
+    for name, files in resolved.shipped_configs().items():
+        assert planned_epochs(files, TRAINER_DEFAULTS) == resolver(files)["epochs"], name
+
+
+def test_every_sweep_run_is_the_run_it_recorded(resolver) -> None:
+    """Every run of every shipped sweep file resolves to the values recorded for it."""
+    configs, sweeps = resolved.recorded()
+    known = {k for values in configs.values() for k in values}
+    now = resolved.sweep_values(resolver, known)
+    assert set(now) == set(sweeps)
+    for sweep, runs in sweeps.items():
+        assert set(now[sweep]) == set(runs), sweep
+        different = sorted(run for run, value in runs.items() if now[sweep][run] != value)
+        assert not different, f"{sweep}: {len(different)} runs differ, e.g. {different[:3]}"
+
+
 # ---------------------------------------------------------------- the paper's protocol
 PAPER_PROTOCOL = {  # Forward and Reweight under the paper's Table 1 protocol
     "forward": {"warmup_model": "best", "warmup_momentum": 0.0, "main_stage_init": "reinit"},
@@ -102,13 +194,15 @@ def test_forward_and_reweight_presets_are_the_papers_protocol(capsys, dataset: s
     for method in ("forward", "forward_vrnl", "reweight", "reweight_vrnl"):
         config = resolve(capsys, CONFIGS / f"{dataset}_{method}.yaml")
         args = config["model"]["init_args"]
+        schedule = args["schedule"]
         assert args["transition"] == "estimate" and args["estimator"] == "anchor", method
         for key, value in PAPER_PROTOCOL[method.split("_")[0]].items():
-            assert args[key] == value, (dataset, method, key)
+            assert schedule[key] == value, (dataset, method, key)
         warmup = 15 if dataset == "cifar100" else 20
-        assert args["warmup_epochs"] == warmup
-        assert config["trainer"]["max_epochs"] == warmup + 80
-        assert args["milestones"] == [30, 60] and args["milestones_from"] == "main"
+        assert schedule["warmup_epochs"] == warmup and schedule["main_epochs"] == 80
+        assert config["trainer"]["max_epochs"] is None  # derived: warm-up + 80
+        assert resolved.epochs(config) == warmup + 80
+        assert schedule["milestones"] == [30, 60] and schedule["milestones_from"] == "main"
         assert args["filter_outliers"] == (dataset != "cifar100")
 
 
@@ -116,7 +210,8 @@ def test_true_t_is_one_composable_file(capsys) -> None:
     """The paper's Fig.-1 protocol (the true T, 80 epochs) composes after a preset."""
     config = resolve(capsys, CONFIGS / "mnist_forward_vrnl.yaml", CONFIGS / "protocol/true_t.yaml")
     assert config["model"]["init_args"]["transition"] is True
-    assert config["trainer"]["max_epochs"] == 80
+    assert config["model"]["init_args"]["schedule"]["warmup_epochs"] == 0
+    assert resolved.epochs(config) == 80
     quickstart = resolve(capsys, CONFIGS / "quickstart.yaml")
     assert quickstart["model"]["init_args"]["transition"] is True
 
@@ -165,40 +260,42 @@ def _number(value: float) -> str:
 def protocol_row(config: dict[str, Any]) -> dict[str, str]:
     """A resolved config in the columns of the reference table."""
     args = config["model"]["init_args"]
-    optimizer = args["optimizer"]
-    warmup = args.get("warmup_epochs", 0) if args.get("transition", "estimate") else 0
-    stages = int(config["trainer"]["max_epochs"])
-    revision = int(args["revision_epochs"])
+    optim, schedule = args["optim"], args["schedule"]
+    optimizer = optim["optimizer"]
+    warmup = schedule["warmup_epochs"]
+    stages = int(resolved.epochs(config))
+    revision = int(schedule["revision_epochs"])
     epochs = [warmup, stages - warmup - revision, revision] if warmup or revision else [stages]
     epochs = [str(e) for e in epochs if e] if len(epochs) > 1 else [str(stages)]
-    if args["lr_schedule"] == "linear":
-        schedule = f"linear from {args['decay_start']}, β1 {args['decay_beta1']}"
-    elif args["milestones"]:
-        schedule = "÷10 at " + ", ".join(str(m) for m in args["milestones"])
-        if args["warmup_milestones"]:
-            warm = ", ".join(str(m) for m in args["warmup_milestones"])
-            schedule = f"warm-up ÷10 at {warm}; {schedule}"
+    if schedule["lr_schedule"] == "linear":
+        lr_schedule = f"linear from {schedule['decay_start']}, β1 {schedule['decay_beta1']}"
+    elif schedule["milestones"]:
+        lr_schedule = "÷10 at " + ", ".join(str(m) for m in schedule["milestones"])
+        if schedule["warmup_milestones"]:
+            warm = ", ".join(str(m) for m in schedule["warmup_milestones"])
+            lr_schedule = f"warm-up ÷10 at {warm}; {lr_schedule}"
     else:
-        schedule = "constant"
+        lr_schedule = "constant"
     momentum = "—"
     if optimizer == "sgd":
-        warm = args["warmup_momentum"] if args["warmup_momentum"] is not None else args["momentum"]
-        momentum = f"{warm:g} / {args['momentum']:g}"
+        warm = schedule["warmup_momentum"]
+        warm = optim["momentum"] if warm is None else warm
+        momentum = f"{warm:g} / {optim['momentum']:g}"
     start = "—"
     if warmup:
-        start = f"{args['warmup_model']} / {args['main_stage_init']}"
+        start = f"{schedule['warmup_model']} / {schedule['main_stage_init']}"
     rev = "—"
     if revision:
         rev = (
-            f"adam {args['revision_lr']:.0e}, wd {_number(args['revision_weight_decay'])}, "
-            f"from {args['revision_model']}"
+            f"adam {optim['revision_lr']:.0e}, wd {_number(optim['revision_weight_decay'])}, "
+            f"from {schedule['revision_model']}"
         ).replace("e-07", "e-7")
     return {
         "optimizer": optimizer,
-        "lr": _number(args["lr"]),
-        "weight decay": _number(args["weight_decay"]),
+        "lr": _number(optim["lr"]),
+        "weight decay": _number(optim["weight_decay"]),
         "momentum": momentum,
-        "schedule": schedule,
+        "schedule": lr_schedule,
         "epochs": " + ".join(epochs),
         "T̂ / start": start,
         "revision": rev,

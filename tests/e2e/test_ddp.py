@@ -58,9 +58,7 @@ def make_model(scope: str) -> Forward:
         backbone_kwargs={"hidden": [32]},
         alpha=ALPHA,
         variance_scope=scope,
-        lr=0.1,
-        momentum=0.9,
-        weight_decay=1e-3,
+        optim={"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-3},
     )
     model.T.copy_(symmetric_transition(10, 0.4))
     return model
@@ -419,7 +417,8 @@ def test_trainer_configs_compose_after_a_dataset_config(run_cli, capsys, piece, 
     config = yaml.safe_load(capsys.readouterr().out)
     for key, value in expected.items():
         assert config["trainer"][key] == value, key
-    assert config["trainer"]["max_epochs"] == 100  # the preset's settings survive
+    # the preset's settings survive (its epochs: the schedule's, derived when the fit starts)
+    assert config["model"]["init_args"]["schedule"]["warmup_epochs"] == 20
     assert config["model"]["init_args"]["backbone"] == "resnet18"
     assert config["model"]["init_args"]["variance_scope"] == "local"
     if piece == "ddp_cpu.yaml":
@@ -479,7 +478,7 @@ def test_cli_fit_with_two_cpu_processes(tmp_path: Path) -> None:
         "--trainer.callbacks+=noisylabels.callbacks.SubsetStatistics",
         "--model.transition",
         "estimate",
-        "--model.warmup_epochs",
+        "--model.schedule.warmup_epochs",
         "1",
         "--data.eval_batch_size",
         "179",

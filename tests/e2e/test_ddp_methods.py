@@ -68,7 +68,8 @@ def fit_args(name: str, alpha: float) -> list[str]:
     args = [
         *("fit", "--config", str(CONFIGS / "data" / "digits.yaml")),
         *("--model", f"noisylabels.methods.{name}", "--model.alpha", str(alpha)),
-        *("--model.warmup_epochs", "1", "--trainer.max_epochs", "3", "--model.lr", "0.1"),
+        *("--model.schedule.warmup_epochs", "1", "--trainer.max_epochs", "3"),
+        *("--model.optim.lr", "0.1"),
         *("--trainer.accelerator", "cpu", "--data.noise_rate", "0.3"),
         *("--data.eval_batch_size", "100", "--trainer.enable_progress_bar", "false"),
         *("--trainer.enable_model_summary", "false"),
@@ -78,7 +79,7 @@ def fit_args(name: str, alpha: float) -> list[str]:
     if issubclass(cls, SmallLossMethod):
         args += ["--model.forget_rate", "estimate", "--model.ramp_epochs", "1"]
     if cls.on_revision_start is not NoisyLabelMethod.on_revision_start:
-        args += ["--model.revision_epochs", "1"]
+        args += ["--model.schedule.revision_epochs", "1"]
     return args
 
 

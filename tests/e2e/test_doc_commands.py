@@ -306,7 +306,12 @@ class DocRunner:
         if outcome.error and "no epoch of the method's own stage" in outcome.error:
             # a warm-up (and revision) longer than the shortened run: one epoch each
             stages = dict.fromkeys(WARMUP_ERROR.findall(outcome.error))
-            extra = [w for name in stages if name != "max_epochs" for w in (f"--model.{name}", "1")]
+            extra = [
+                w
+                for name in stages
+                if name != "max_epochs"
+                for w in (f"--model.schedule.{name}", "1")
+            ]
             epochs = str(len(extra) // 2 + 1)
             outcome = self._invoke(command, [*args, *extra, "--trainer.max_epochs", epochs], "ran")
         if outcome.error and "--ckpt_path last: no run under" in outcome.error:
@@ -417,7 +422,7 @@ def named(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = make_image_folder(root / "images", {"train": 8, "val": 2, "test": 2})
     run(
         ["fit", "--config", str(REPO / "configs" / "quickstart.yaml"), "--model", "CE",
-         "--model.warmup_epochs", "0", "--model.alpha", "0",
+         "--model.schedule.warmup_epochs", "0", "--model.alpha", "0",
          "--data", "noisylabels.data.ImageFolderDataModule", "--data.data_dir", str(folder),
          "--data.image_size", "8", "--data.resize_size", "8", "--data.noise_type", "none",
          "--trainer.default_root_dir", str(root / "runs"), *SHORT]

@@ -23,7 +23,7 @@ from conftest import CONFIGS, REPO, make_cifar, make_mnist
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
 MNIST_CE = str(CONFIGS / "mnist_ce.yaml")
 CIFAR10_CE = str(CONFIGS / "cifar10_ce.yaml")
-CE_ON_DIGITS = ["--model", "CE", "--model.warmup_epochs", "0"]
+CE_ON_DIGITS = ["--model", "CE", "--model.schedule.warmup_epochs", "0"]
 REWEIGHT = ["--model.class_path", "noisylabels.methods.Reweight"]
 ESTIMATE = ["--model.transition", "estimate"]
 SECRET = "s3cr3t-token-never-printed"  # in a file given as a config by mistake
@@ -174,28 +174,34 @@ CASES: list[tuple[str, Case, int]] = [
     # ---- config files and option values
     ("yaml-malformed", lambda f: (["--config", str(f.root / "bad.yaml")], "bad.yaml"), 2),
     ("config-missing", lambda f: (["--config", str(f.root / "nope.yaml")], "--config"), 2),
-    ("option-not-a-number", lambda f: (["--config", QUICKSTART, "--model.lr", "abc"],
-     "--model.lr"), 2),
-    ("option-negative-lr", lambda f: (["--config", QUICKSTART, "--model.lr", "-1"],
-     "--model.lr"), 2),
+    ("option-not-a-number", lambda f: (["--config", QUICKSTART, "--model.optim.lr", "abc"],
+     "--model.optim.lr"), 2),
+    ("option-negative-lr", lambda f: (["--config", QUICKSTART, "--model.optim.lr", "-1"],
+     "--model.optim.lr"), 2),
     ("option-unknown", lambda f: (["--config", QUICKSTART, "--model.lrr", "3"], "lrr"), 2),
+    ("option-of-a-group", lambda f: (["--config", QUICKSTART, "--model.warmup_epochs", "3"],
+     "is --model.schedule.warmup_epochs"), 2),
+    ("schedule-negative-warmup", lambda f: (["--config", QUICKSTART,
+     "--model.schedule.warmup_epochs", "-1"], "--model.schedule.warmup_epochs must be >= 0"), 2),
+    ("given-T-with-a-warmup", lambda f: (["--config", QUICKSTART,
+     "--model.schedule.warmup_epochs", "2"], "set --model.schedule.warmup_epochs 0"), 2),
     ("option-trainer-type", lambda f: (["--config", QUICKSTART, "--trainer.max_epochs", "x"],
      "--trainer.max_epochs"), 2),
     ("noise-rate-out-of-range", lambda f: (["--config", QUICKSTART, "--data.noise_rate", "1.5"],
      "--data.noise_rate"), 2),
     ("batch-size-zero", lambda f: (["--config", QUICKSTART, "--data.batch_size", "0"],
      "--data.batch_size"), 2),
-    ("compile-unknown-mode", lambda f: (["--config", QUICKSTART, "--model.compile", "fast"],
-     "--model.compile"), 2),
+    ("compile-unknown-mode", lambda f: (["--config", QUICKSTART, "--model.speed.compile", "fast"],
+     "--model.speed.compile"), 2),
     ("on-device-unknown", lambda f: (["--config", QUICKSTART, "--data.on_device", "gpu"],
      "--data.on_device"), 2),
     ("backbone-unknown", lambda f: (["--config", QUICKSTART, "--model.backbone", "vgg"],
      "--model.backbone"), 2),
-    ("optimizer-unknown", lambda f: (["--config", QUICKSTART, "--model.optimizer", "lbfgs"],
-     "--model.optimizer"), 2),
+    ("optimizer-unknown", lambda f: (["--config", QUICKSTART, "--model.optim.optimizer", "lbfgs"],
+     "--model.optim.optimizer"), 2),
     ("warmup-longer-than-run", lambda f: (["--config", QUICKSTART, "--model.transition",
-     "estimate", "--model.warmup_epochs", "5", "--trainer.max_epochs", "3"],
-     "--model.warmup_epochs"), 2),
+     "estimate", "--model.schedule.warmup_epochs", "5", "--trainer.max_epochs", "3"],
+     "--model.schedule.warmup_epochs"), 2),
     # ---- transition matrix files
     ("T-file-wrong-shape", lambda f: (["--config", QUICKSTART, "--model.transition",
      str(f.root / "T_2x2.csv")], "T_2x2.csv"), 2),
@@ -246,14 +252,16 @@ CASES: list[tuple[str, Case, int]] = [
     ("no-training-batches", lambda f: (["--config", QUICKSTART, "--trainer.limit_train_batches",
      "0"], "--trainer.limit_train_batches 0"), 2),
     ("stopped-in-the-warmup", lambda f: (["--config", QUICKSTART, *ESTIMATE,
-     "--model.warmup_epochs", "2", "--trainer.max_steps", "3"], "still in its warm-up"), 2),
+     "--model.schedule.warmup_epochs", "2", "--trainer.max_steps", "3"],
+     "still in its warm-up"), 2),
     ("estimate-without-warmup", lambda f: (["--config", QUICKSTART, *ESTIMATE,
-     "--model.warmup_epochs", "0"], "--model.warmup_epochs N"), 2),
+     "--model.schedule.warmup_epochs", "0"], "--model.schedule.warmup_epochs N"), 2),
     ("reweight-estimate-without-warmup", lambda f: (["--config", QUICKSTART, *REWEIGHT,
-     *ESTIMATE, "--model.warmup_epochs", "0"], "Reweight with --model.transition estimate"), 2),
+     *ESTIMATE, "--model.schedule.warmup_epochs", "0"],
+     "Reweight with --model.transition estimate"), 2),
     ("trevision-on-a-ce-preset", lambda f: (["--config", MNIST_CE, "--data.data_dir",
      str(f.mnist_dir), "--model.class_path", "noisylabels.methods.TRevision"],
-     "--model.warmup_epochs N"), 2),
+     "--model.schedule.warmup_epochs N"), 2),
     ("seed-negative", lambda f: (["--config", QUICKSTART, "--seed_everything", "-5"],
      "--seed_everything must be an integer from 0 to 4294967295"), 2),
     ("config-not-a-config", lambda f: (["--config", str(f.root / "notes.txt")],
@@ -276,7 +284,8 @@ CASES: list[tuple[str, Case, int]] = [
     ("T-pt-holding-a-str", lambda f: (["--config", QUICKSTART, "--model.transition",
      str(f.root / "T_str.pt")], "T_str.pt holds a str"), 2),
     # ---- a run that diverges
-    ("diverged", lambda f: (["--config", QUICKSTART, "--model.lr", "1e6"], "--model.lr"), 3),
+    ("diverged", lambda f: (["--config", QUICKSTART, "--model.optim.lr", "1e6"],
+     "--model.optim.lr"), 3),
     # ---- inputs that cannot be learned
     ("asymmetric-noise-beyond-the-majority", lambda f: (["--config", QUICKSTART,
      "--data.noise_type", "asymmetric", "--data.noise_rate", "0.99"],
@@ -309,8 +318,8 @@ CASES: list[tuple[str, Case, int]] = [
      str(f.root / "hpc_root"), "--ckpt_path", "hpc", "--weights_only", "false"],
      "hpc_ckpt_1.ckpt"), 2),
     ("resume-with-another-lr", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
-     *FIXTURE_RUN, "--trainer.max_epochs", "2", "--model.lr", "0.5", "--ckpt_path",
-     str(f.digits_ckpt)], "model.lr 0.05 (now 0.5)"), 2),
+     *FIXTURE_RUN, "--trainer.max_epochs", "2", "--model.optim.lr", "0.5", "--ckpt_path",
+     str(f.digits_ckpt)], "model.optim.lr 0.05 (now 0.5)"), 2),
     ("resume-with-another-seed", lambda f: (["--config", QUICKSTART, *CE_ON_DIGITS,
      *FIXTURE_RUN, "--trainer.max_epochs", "2", "--seed_everything", "3", "--ckpt_path",
      str(f.digits_ckpt)], "seed 0 (now 3)"), 2),
@@ -393,8 +402,9 @@ def test_a_diverged_run_names_where_and_keeps_the_state_before(files, tmp_path, 
 
     root = tmp_path / "runs"
     with pytest.raises(SystemExit):
-        main(["fit", "--config", QUICKSTART, "--model.lr", "1e6", "--trainer.default_root_dir",
-              str(root), "--trainer.enable_progress_bar", "false"])  # fmt: skip
+        main(["fit", "--config", QUICKSTART, "--model.optim.lr", "1e6",
+              "--trainer.default_root_dir", str(root),
+              "--trainer.enable_progress_bar", "false"])  # fmt: skip
     message = capsys.readouterr().err
     assert "epoch 0, training step" in message and "alpha=0.1" in message
     folder = next(root.rglob("version_*"))
@@ -419,11 +429,11 @@ def test_debug_shows_the_traceback(files, tmp_path, monkeypatch) -> None:
     from noisylabels.cli import main
     from noisylabels.errors import InputError
 
-    args = ["fit", "--config", QUICKSTART, "--model.lr", "-1"]
-    with pytest.raises(InputError, match="--model.lr"):
+    args = ["fit", "--config", QUICKSTART, "--model.optim.lr", "-1"]
+    with pytest.raises(InputError, match="--model.optim.lr"):
         main([*args, "--debug"])
     monkeypatch.setenv("NOISYLABELS_DEBUG", "1")
-    with pytest.raises(InputError, match="--model.lr"):
+    with pytest.raises(InputError, match="--model.optim.lr"):
         main(args)
 
 

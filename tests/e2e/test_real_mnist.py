@@ -50,7 +50,7 @@ def test_compiled_run_reaches_the_eager_runs_accuracy(run_cli, tmp_path: Path) -
             *("fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml")),
             *("--config", str(CONFIGS / "protocol" / "true_t.yaml")),
             *("--data.data_dir", str(DATA), "--trainer.max_epochs", "5"),
-            *("--trainer.accelerator", "cpu", "--model.compile", compile),
+            *("--trainer.accelerator", "cpu", "--model.speed.compile", compile),
             root=tmp_path / compile,
         )
         results = read_results(tmp_path / compile)

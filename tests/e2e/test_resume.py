@@ -28,7 +28,7 @@ QUICK = [
 REWEIGHT = [
     "--config", str(CONFIGS / "data" / "digits.yaml"),
     "--config", str(CONFIGS / "method" / "reweight.yaml"),
-    "--model.warmup_epochs", "2", "--model.milestones", "[1]",
+    "--model.schedule.warmup_epochs", "2", "--model.schedule.milestones", "[1]",
     "--model.backbone_kwargs", "{hidden: [64], dropout: 0.2}",
     "--trainer.max_epochs", "4", "--trainer.accelerator", "cpu",
     "--trainer.enable_model_summary", "false",
@@ -175,13 +175,18 @@ def test_sigterm_keeps_last_checkpoint_exits_nonzero_and_resumes(tmp_path: Path)
 # what decides what a run computes, changed on resume: each is refused with every file as it was
 # (the optimizer and schedule would keep the checkpoint's values while the record said otherwise)
 IDENTITY_CHANGES = {
-    "model.lr": ["--model.lr", "1e-7"],
-    "model.weight_decay": ["--model.weight_decay", "0.1"],
-    "model.momentum": ["--model.momentum", "0.5"],
+    "model.optim.lr": ["--model.optim.lr", "1e-7"],
+    "model.optim.weight_decay": ["--model.optim.weight_decay", "0.1"],
+    "model.optim.momentum": ["--model.optim.momentum", "0.5"],
     "model.alpha": ["--model.alpha", "0.3"],
-    "model.milestones": ["--model.milestones", "[1]"],
-    "model.lr_gamma": ["--model.lr_gamma", "0.5"],
-    "model.optimizer": ["--model.optimizer", "adam", "--model.warmup_momentum", "null"],
+    "model.schedule.milestones": ["--model.schedule.milestones", "[1]"],
+    "model.schedule.lr_gamma": ["--model.schedule.lr_gamma", "0.5"],
+    "model.optim.optimizer": [
+        "--model.optim.optimizer",
+        "adam",
+        "--model.schedule.warmup_momentum",
+        "null",
+    ],
     "seed": ["--seed_everything", "7"],
     "data.noise_seed": ["--data.noise_seed", "5"],
     "data.noise_rate": ["--data.noise_rate", "0.3"],
@@ -341,7 +346,7 @@ def test_resume_with_other_noisy_labels_is_refused(run_cli, tmp_path: Path) -> N
     from noisylabels.errors import InputError
 
     labels = tmp_path / "labels.csv"
-    ce = [*QUICK, "--model", "CE", "--model.warmup_epochs", "0"]
+    ce = [*QUICK, "--model", "CE", "--model.schedule.warmup_epochs", "0"]
     run_cli("fit", *ce, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
             "--data.noise_type", "file", "--data.noise_file", str(labels_file(labels)),
             root=tmp_path / "runs")  # fmt: skip

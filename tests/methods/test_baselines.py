@@ -151,7 +151,7 @@ def test_forget_rate_estimated_from_T_hat_through_the_cli(run_cli, tmp_path: Pat
         "noisylabels.methods.CoTeaching",
         "--model.forget_rate",
         "estimate",
-        "--model.warmup_epochs",
+        "--model.schedule.warmup_epochs",
         "1",
         "--trainer.max_epochs",
         "2",
@@ -217,7 +217,12 @@ def test_two_networks_have_one_optimizer_each() -> None:
 # --------------------------------------------------------------------------- T-Revision
 def trevision(**kwargs) -> TRevision:
     model = TRevision(
-        backbone="mlp", num_classes=C, input_shape=(1, 1, 2), transition=True, **kwargs
+        backbone="mlp",
+        num_classes=C,
+        input_shape=(1, 1, 2),
+        transition=True,
+        schedule={"warmup_epochs": 0},
+        **kwargs,
     )
     T_hat = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.0, 0.7]])
     model.store_transition(T_hat)
@@ -337,5 +342,5 @@ def test_ptd_method_T_of_x_by_sample_and_checkpoint_round_trip() -> None:
     fresh = PTD(backbone="mlp", num_classes=C, input_shape=(1, 1, 2), parts=2)
     fresh.load_state_dict(model.state_dict())  # the per-sample weights buffer is resized
     assert torch.equal(fresh.weights, weights)
-    with pytest.raises(InputError, match="warmup_epochs"):
-        PTD(backbone="mlp", num_classes=C, input_shape=(1, 1, 2), warmup_epochs=0)
+    with pytest.raises(InputError, match="--model.schedule.warmup_epochs is 0"):
+        PTD(backbone="mlp", num_classes=C, input_shape=(1, 1, 2), schedule={"warmup_epochs": 0})

@@ -73,16 +73,16 @@ def test_a_failing_compile_backend_costs_a_warning_not_the_run(
     the first training step, which compiles with its forward) gives one warning naming the
     option and how to turn it off; the run goes on eagerly and ends with the eager run's
     results, metric for metric."""
-    _, eager, none = _fit(run_cli, tmp_path / "eager", "--model.compile", "false")
+    _, eager, none = _fit(run_cli, tmp_path / "eager", "--model.speed.compile", "false")
     cli, failed, fallbacks = _fit(
         run_cli,
         tmp_path / "failed",
-        *("--model.compile", "true", "--model.compile_backend", backend),
+        *("--model.speed.compile", "true", "--model.speed.compile_backend", backend),
     )
     assert none == []
     assert len(fallbacks) == 1, fallbacks
-    assert f"--model.compile true --model.compile_backend {backend}" in fallbacks[0]
-    assert "--model.compile false turns compiling off" in fallbacks[0]
+    assert f"--model.speed.compile true --model.speed.compile_backend {backend}" in fallbacks[0]
+    assert "--model.speed.compile false turns compiling off" in fallbacks[0]
     assert "injected compile failure" in fallbacks[0]
     assert cli.model.speed.mode is None and "injected" in cli.model.speed.failure
     assert all(net._compiled_call_impl is None for net in cli.model.networks)
@@ -207,9 +207,9 @@ def test_gradient_accumulation_is_refused_under_cuda_graphs(compile, backend, re
     with pytest.raises(InputError) as err:
         speed.check_accumulation(4)
     assert str(err.value) == (
-        "--trainer.accumulate_grad_batches 4 cannot run with CUDA graphs (--model.compile "
+        "--trainer.accumulate_grad_batches 4 cannot run with CUDA graphs (--model.speed.compile "
         f"{str(compile).lower()} on CUDA): set --trainer.accumulate_grad_batches 1, or "
-        "--model.compile default (compiled without CUDA graphs) or false"
+        "--model.speed.compile default (compiled without CUDA graphs) or false"
     )
 
 
@@ -217,7 +217,8 @@ def test_networks_with_sync_batchnorm_run_eagerly() -> None:
     """DDP's ``sync_batchnorm`` swaps BatchNorm for SyncBatchNorm after the networks were set
     up to compile; its all-reduce is not run inside compiled graphs: those networks run
     eagerly (one warning), the loss arithmetic stays compiled."""
-    model = CE(backbone="resnet18", input_shape=(3, 8, 8), compile=True, compile_backend="eager")
+    speed = {"compile": True, "compile_backend": "eager"}
+    model = CE(backbone="resnet18", input_shape=(3, 8, 8), speed=speed)
     model.resolve_acceleration(CPU)
     model.speed.leave_collectives_eager(model.networks)  # no SyncBatchNorm: nothing changes
     assert model.net._compiled_call_impl is not None

@@ -57,7 +57,7 @@ def _sound() -> torch.Tensor:
 @pytest.mark.parametrize("name", TRANSITION_METHODS)
 def test_every_method_correcting_with_a_given_T_refuses_a_T_it_cannot_use(name: str) -> None:
     assert {"Forward", "Reweight", "TRevision"} <= set(TRANSITION_METHODS)
-    method = _method(name, transition=True)
+    method = _method(name, transition=True, schedule={"warmup_epochs": 0})
     method.check_given_transition(_sound())
     for T, match in (
         (_rank_one(), r"the true T is singular \(.*rank 1 of 10.*cannot tell them apart"),

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from noisylabels.methods import NoisyLabelMethod, registry
+from noisylabels.methods import NoisyLabelMethod, TransitionMethod, registry
 
 from conftest import CONFIGS, read_results
 
-METHODS = sorted(registry())
+METHODS = registry()
 
 
 def logged_scalars(folder: Path) -> dict[str, list[float]]:
@@ -75,7 +75,7 @@ def test_model_help_lists_every_method_on_one_line(capsys) -> None:
     assert exc.value.code == 0
     lines = capsys.readouterr().out.splitlines()
     listed = [line.split()[0] for line in lines[1:]]
-    assert listed == METHODS
+    assert listed == list(METHODS)
     assert all(len(line.split()) > 3 for line in lines[1:]), "a method without a description"
     with pytest.raises(SystemExit):
         run(["fit", "--help"])
@@ -83,13 +83,29 @@ def test_model_help_lists_every_method_on_one_line(capsys) -> None:
     assert all(f"  {name}  " in out for name in METHODS)
 
 
+def test_model_help_of_a_method_shows_its_option_groups_with_their_docs(capsys) -> None:
+    """``--model.help NAME``: the groups' options by their dotted names, each with its
+    description and default (here Reweight's own 20 warm-up epochs)."""
+    from noisylabels.cli import run
+
+    with pytest.raises(SystemExit) as exc:
+        run(["fit", "--model.help", "Reweight"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for option in ("schedule.main_epochs", "optim.lr", "speed.compile", "schedule.warmup_model"):
+        assert f"--model.{option} " in out, option
+    assert "epochs of plain cross-entropy on the noisy labels" in out
+    assert "(type: int, default: 20)" in out and "learning rate (the paper: 0.01)" in out
+
+
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", list(METHODS))
 def test_every_method_trains_through_the_cli(
     name: str, compiled: bool, run_cli, tmp_path: Path, monkeypatch
 ) -> None:
-    """Two epochs on digits with VRNL: one of warm-up where a method has one, one of its own;
-    also compiled (``aot_eager``), through the stage change and its estimation point."""
+    """Two epochs on digits with VRNL: one of warm-up (T estimated after it where a method
+    corrects with one), one of its own; also compiled (``aot_eager``), through the stage change
+    and its estimation point."""
     started: list[dict[str, torch.Tensor]] = []
     on_train_start = NoisyLabelMethod.on_train_start
 
@@ -106,7 +122,7 @@ def test_every_method_trains_through_the_cli(
         f"noisylabels.methods.{name}",
         "--model.alpha",
         "0.05",
-        "--model.warmup_epochs",
+        "--model.schedule.warmup_epochs",
         "1",
         "--data.noise_rate",
         "0.3",
@@ -118,7 +134,16 @@ def test_every_method_trains_through_the_cli(
         "2",
         "--trainer.accelerator",
         "cpu",
-        *(("--model.compile", "true", "--model.compile_backend", "aot_eager") if compiled else ()),
+        *(
+            ("--model.transition", "estimate")
+            if issubclass(METHODS[name], TransitionMethod)
+            else ()
+        ),
+        *(
+            ("--model.speed.compile", "true", "--model.speed.compile_backend", "aot_eager")
+            if compiled
+            else ()
+        ),
     )
     results = read_results(tmp_path)
     assert results["method"] == f"{name}-VRNL"

@@ -10,6 +10,7 @@ from lightning import Callback, Trainer
 
 from noisylabels.data import DigitsDataModule
 from noisylabels.methods import PTD, CoTeaching, TRevision
+from noisylabels.methods.core.optim import OptimizerOptions
 from noisylabels.methods.core.stages import StagedLR, StageSchedule
 from noisylabels.run import fit_and_test
 
@@ -116,14 +117,18 @@ def test_trevision_three_stages(tmp_path) -> None:
         num_classes=10,
         input_shape=SHAPE,
         transition="estimate",
-        warmup_epochs=2,
-        warmup_model="best",
-        main_stage_init="restart",
-        revision_epochs=2,
-        revision_lr=1e-2,
+        schedule=StageSchedule(
+            warmup_epochs=2,
+            main_epochs=3,
+            revision_epochs=2,
+            warmup_model="best",
+            main_stage_init="restart",
+        ),
+        optim=OptimizerOptions(revision_lr=1e-2),
     )
     data = DigitsDataModule(noise_rate=0.2, batch_size=64)
-    results = fit_and_test(model, data, _trainer(tmp_path, 7, probe))
+    assert model.schedule.total_epochs == 7  # the trainer's max_epochs is the caller's
+    results = fit_and_test(model, data, _trainer(tmp_path, model.schedule.total_epochs, probe))
     stages = [e["stage"] for e in probe.epochs]
     assert stages == ["warmup"] * 2 + ["main"] * 3 + ["revision"] * 2
     assert all(not e["delta"].any() for e in probe.epochs[:6])  # ΔT learned in revision only
@@ -151,9 +156,8 @@ def test_revision_starts_from_the_best_epoch_of_the_stage(tmp_path) -> None:
         backbone="mlp",
         num_classes=10,
         input_shape=SHAPE,
-        warmup_epochs=1,
-        revision_epochs=1,
-        lr=0.05,
+        schedule={"warmup_epochs": 1, "revision_epochs": 1},
+        optim={"lr": 0.05},
     )
     data = DigitsDataModule(noise_rate=0.2, batch_size=64)
     fit_and_test(model, data, _trainer(tmp_path, 5, probe))
@@ -196,12 +200,8 @@ def test_coteaching_preset_optimizer(tmp_path) -> None:
         backbone="mlp",
         num_classes=10,
         input_shape=SHAPE,
-        optimizer="adam",
-        lr=1e-3,
-        weight_decay=0.0,
-        lr_schedule="linear",
-        decay_start=1,
-        decay_beta1=0.1,
+        optim={"optimizer": "adam", "lr": 1e-3, "weight_decay": 0.0},
+        schedule={"lr_schedule": "linear", "decay_start": 1, "decay_beta1": 0.1},
         forget_rate=0.2,
     )
     optimizers, schedulers = model.configure_optimizers()

@@ -117,9 +117,8 @@ def test_inductor_run_compiles_a_known_number_of_static_graphs(tmp_path: Path) -
         input_shape=SHAPE,
         alpha=0.1,
         transition="estimate",
-        warmup_epochs=1,
-        compile=True,
-        compile_backend=spy.name,
+        schedule={"warmup_epochs": 1},
+        speed={"compile": True, "compile_backend": spy.name},
     )
     trainer = L.Trainer(
         max_epochs=3,

@@ -46,8 +46,7 @@ def _model(cls: type[NoisyLabelMethod], compile: bool | str, **kwargs: Any) -> N
         num_classes=10,
         input_shape=SHAPE,
         alpha=0.1,
-        compile=compile,
-        compile_backend="aot_eager",
+        speed={"compile": compile, "compile_backend": "aot_eager", **kwargs.pop("speed", {})},
         **kwargs,
     )
 
@@ -81,9 +80,9 @@ def _loss_and_grads(model: NoisyLabelMethod, batch: dict[str, Tensor]) -> tuple[
 
 METHODS = {
     "CE": (CE, {}),
-    "Forward-true": (Forward, {"transition": True}),
-    "Forward-estimated": (Forward, {"transition": "estimate", "warmup_epochs": 1}),
-    "Reweight": (Reweight, {"transition": "estimate", "warmup_epochs": 1}),
+    "Forward-true": (Forward, {"transition": True, "schedule": {"warmup_epochs": 0}}),
+    "Forward-estimated": (Forward, {"transition": "estimate", "schedule": {"warmup_epochs": 1}}),
+    "Reweight": (Reweight, {"transition": "estimate", "schedule": {"warmup_epochs": 1}}),
     "VolMinNet": (VolMinNet, {}),
 }
 
@@ -160,7 +159,7 @@ def test_compiled_networks_survive_in_place_loads() -> None:
     """``add_network`` after setup compiles the new network; ``reinit_networks`` and
     ``load_network_state`` (``main_stage_init``, ``warmup_model: best``) load weights in place,
     so the compiled modules compute with the loaded weights, state-dict keys unchanged."""
-    model = _model(CoTeaching, True, channels_last=True, **COTEACHING)
+    model = _model(CoTeaching, True, speed={"channels_last": True}, **COTEACHING)
     model.resolve_acceleration(CPU)
     keys = set(model.state_dict())
     images = _batch()["image"]
@@ -236,14 +235,14 @@ def test_auto_resolves_by_device(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"compile": "fast"}, "compile must be"),
-        ({"compile_backend": "nope"}, "compile_backend must be"),
-        ({"channels_last": "yes"}, "channels_last must be"),
+        ({"compile": "fast"}, "--model.speed.compile must be"),
+        ({"compile_backend": "nope"}, "--model.speed.compile_backend must be"),
+        ({"channels_last": "yes"}, "--model.speed.channels_last must be"),
     ],
 )
 def test_bad_speed_options(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        CE(backbone="mlp", input_shape=SHAPE, **kwargs)
+        CE(backbone="mlp", input_shape=SHAPE, speed=kwargs)
 
 
 def _fit(compile: bool, cls: type[NoisyLabelMethod], epochs: int, root: Path, **kwargs: Any):
@@ -254,8 +253,7 @@ def _fit(compile: bool, cls: type[NoisyLabelMethod], epochs: int, root: Path, **
         num_classes=10,
         input_shape=SHAPE,
         alpha=0.05,
-        compile=compile,
-        compile_backend="aot_eager",
+        speed={"compile": compile, "compile_backend": "aot_eager"},
         **kwargs,
     )
     graphs: list[int] = []
@@ -285,7 +283,7 @@ def test_compiled_run_equals_eager_run(tmp_path: Path) -> None:
     test images) and parameters, across the stage change of a two-stage method (Forward with
     T estimated after a warm-up epoch). Graphs are compiled in the first epoch of each stage
     (and for the last, smaller batch) only."""
-    kwargs = {"transition": "estimate", "warmup_epochs": 1}
+    kwargs = {"transition": "estimate", "schedule": {"warmup_epochs": 1}}
     eager, acc_eager, _ = _fit(False, Forward, 3, tmp_path / "eager", **kwargs)
     compiled, acc_compiled, graphs = _fit(True, Forward, 3, tmp_path / "compiled", **kwargs)
     assert abs(acc_compiled - acc_eager) <= 0.003
@@ -384,7 +382,7 @@ def test_training_steps_make_no_host_synchronization(
 
 # ---------------------------------------------------------------- the command line
 def test_speed_options_from_the_command_line(run_cli, tmp_path: Path) -> None:
-    """``--model.compile`` and ``--data.on_device`` through ``noisylabels fit`` on a CPU, with
+    """``--model.speed.compile`` and ``--data.on_device`` through ``noisylabels fit`` on a CPU, with
     VolMinNet's manual optimization, and the ``auto`` precision: config.yaml records what the
     run used, and the last-epoch and best-checkpoint tests run compiled. (The ``eager``
     backend: Dynamo's graphs run as they are, the quickest check of the plumbing; the numerics
@@ -393,7 +391,7 @@ def test_speed_options_from_the_command_line(run_cli, tmp_path: Path) -> None:
         *("fit", "--config", str(CONFIGS / "data" / "digits.yaml")),
         *("--config", str(CONFIGS / "method" / "volmin_vrnl.yaml")),
         *("--trainer.max_epochs", "1", "--trainer.accelerator", "cpu"),
-        *("--model.compile", "true", "--model.compile_backend", "eager"),
+        *("--model.speed.compile", "true", "--model.speed.compile_backend", "eager"),
         *("--data.on_device", "true"),
     )
     results = read_results(tmp_path)

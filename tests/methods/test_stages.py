@@ -13,7 +13,7 @@ from test_transition_methods import TINY, run_dir_of
 from torch import nn
 
 from noisylabels.data import MNISTDataModule
-from noisylabels.methods import Forward, Reweight
+from noisylabels.methods import Forward, Reweight, StageSchedule
 from noisylabels.run import WarmupAwareCheckpoint, fit_and_test
 
 from conftest import CONFIGS, read_results
@@ -38,9 +38,11 @@ def scripted(main_stage_init: str, warmup_model: str = "best") -> tuple[Forward,
         num_classes=3,
         input_shape=(1, 1, 2),
         transition="estimate",
-        warmup_epochs=3,
-        warmup_model=warmup_model,
-        main_stage_init=main_stage_init,
+        schedule={
+            "warmup_epochs": 3,
+            "warmup_model": warmup_model,
+            "main_stage_init": main_stage_init,
+        },
     )
     seen: list[float] = []
 
@@ -101,14 +103,18 @@ def test_best_warmup_model_survives_a_checkpoint() -> None:
 
 
 def test_bad_stage_options() -> None:
-    with pytest.raises(ValueError, match="warmup_model"):
-        Forward(warmup_model="first")
-    with pytest.raises(ValueError, match="main_stage_init"):
-        Forward(main_stage_init="fresh")
+    with pytest.raises(ValueError, match="--model.schedule.warmup_model must be one of"):
+        Forward(schedule={"warmup_model": "first"})
+    with pytest.raises(ValueError, match="--model.schedule.main_stage_init must be one of"):
+        Forward(schedule={"main_stage_init": "fresh"})
     with pytest.raises(ValueError, match=r"warmup_momentum must be in \[0, 1\)"):
-        Forward(warmup_momentum=1.5)
+        Forward(schedule={"warmup_momentum": 1.5})
     with pytest.raises(ValueError, match="SGD's momentum"):
-        Forward(optimizer="adam", warmup_momentum=0.0)
+        Forward(optim={"optimizer": "adam"}, schedule={"warmup_momentum": 0.0})
+    with pytest.raises(ValueError, match="--model.schedule.main_epochs must be >= 1"):
+        StageSchedule(main_epochs=0)
+    with pytest.raises(ValueError, match="--model.schedule has no option 'warmup'"):
+        Forward(schedule={"warmup": 3})
 
 
 class OptimizerProbe(Callback):
@@ -144,9 +150,9 @@ def test_momentum_and_reinit_in_a_real_fit(
     data = MNISTDataModule(data_dir=str(mnist_dir), batch_size=16)
     model = Reweight(
         backbone="lenet5",
-        warmup_epochs=1,
-        warmup_momentum=warmup_momentum,
-        main_stage_init=main_stage_init,
+        schedule=StageSchedule(
+            warmup_epochs=1, warmup_momentum=warmup_momentum, main_stage_init=main_stage_init
+        ),
     )
     probe = OptimizerProbe()
     trainer = Trainer(
@@ -170,19 +176,19 @@ def test_momentum_and_reinit_in_a_real_fit(
 
 
 def test_best_warmup_epoch_through_the_cli(run_cli, tmp_path, mnist_dir) -> None:
-    """``--model.warmup_model best``: T̂ comes from the warm-up epoch with the best logged
+    """``--model.schedule.warmup_model best``: T̂ comes from the warm-up epoch with the best logged
     noisy-validation accuracy; results.json records that epoch and both test accuracies."""
     run_cli(
         "fit",
         "--config",
         str(CONFIGS / "mnist_forward_vrnl.yaml"),
-        "--model.warmup_epochs",
+        "--model.schedule.warmup_epochs",
         "3",
         "--trainer.max_epochs",
         "5",
         "--trainer.limit_train_batches",
         "4",
-        "--model.lr",
+        "--model.optim.lr",
         "0.05",
         "--data.data_dir",
         str(mnist_dir),

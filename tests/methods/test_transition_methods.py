@@ -21,6 +21,8 @@ from noisylabels.run import WarmupAwareCheckpoint
 from conftest import CONFIGS, read_results
 
 TINY = ["--trainer.accelerator", "cpu", "--data.batch_size", "16"]
+GIVEN_T = {"transition": True, "schedule": {"warmup_epochs": 0}}  # nothing to estimate
+ESTIMATED_T = {"transition": "estimate", "schedule": {"warmup_epochs": 20}}
 
 
 def run_dir_of(root: Path) -> Path:
@@ -91,7 +93,7 @@ def test_volmin_logdet_term_sign_and_value() -> None:
 
 @pytest.mark.parametrize("t_optimizer", ["adam", "sgd"])
 def test_volmin_has_its_own_optimizer_for_T(t_optimizer: str) -> None:
-    model = volmin(t_optimizer=t_optimizer, milestones=(3, 7))
+    model = volmin(t_optimizer=t_optimizer, schedule={"milestones": (3, 7)})
     (opt_net, opt_t), (sch_net, sch_t) = model.configure_optimizers()
     assert isinstance(opt_net, torch.optim.SGD)
     assert isinstance(opt_t, torch.optim.Adam if t_optimizer == "adam" else torch.optim.SGD)
@@ -132,7 +134,7 @@ def test_volmin_validation_uses_pT_and_test_uses_clean_p() -> None:
 
 # ------------------------------------------------------------------------------- Reweight
 def test_reweight_beta_hand_example_and_identity() -> None:
-    model = Reweight(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), transition=True)
+    model = Reweight(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), **GIVEN_T)
     T = torch.tensor([[0.8, 0.2, 0.0], [0.1, 0.7, 0.2], [0.0, 0.3, 0.7]])
     model.store_transition(T)
     logits = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 0.5]])
@@ -159,7 +161,7 @@ def test_reweight_beta_hand_example_and_identity() -> None:
 
 
 def test_reweight_detach_beta_switch() -> None:
-    kwargs = dict(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), transition=True)
+    kwargs = dict(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), **GIVEN_T)
     T = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.6, 0.2], [0.1, 0.2, 0.7]])
     grads = {}
     for detach in (True, False):
@@ -175,7 +177,7 @@ def test_reweight_detach_beta_switch() -> None:
 
 # ------------------------------------------------------------------------------- estimated T
 def test_estimate_mode_warmup_state_and_checkpoint_round_trip() -> None:
-    kwargs = dict(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), transition="estimate")
+    kwargs = dict(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), **ESTIMATED_T)
     model = Forward(**kwargs)
     assert model.in_warmup and model.transition() is None
     logits, labels = torch.randn(8, 3), torch.randint(0, 3, (8,))
@@ -194,11 +196,11 @@ def test_estimate_mode_warmup_state_and_checkpoint_round_trip() -> None:
 
 def test_bad_transition_arguments() -> None:
     with pytest.raises(ValueError, match="estimator"):
-        Forward(transition="estimate", estimator="median")
-    with pytest.raises(ValueError, match="warmup_epochs"):
-        Forward(transition="estimate", warmup_epochs=-1)
+        Forward(estimator="median", **ESTIMATED_T)
+    with pytest.raises(ValueError, match="--model.schedule.warmup_epochs must be >= 0"):
+        Forward(transition="estimate", schedule={"warmup_epochs": -1})
     with pytest.raises(ValueError, match="0.97, not 97"):
-        Forward(transition="estimate", outlier_quantile=97)
+        Forward(outlier_quantile=97, **ESTIMATED_T)
     with pytest.raises(ValueError, match="transition_bias"):
         Forward(transition_bias=-0.1)
     with pytest.raises(FileNotFoundError, match="true, estimate"):
@@ -230,7 +232,7 @@ def test_estimated_T_real_tiny_run_then_resume(run_cli, tmp_path, mnist_dir, mon
     first = tmp_path / "first"
     run_cli(
         "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
-        "--model.transition", "estimate", "--model.warmup_epochs", "1",
+        "--model.transition", "estimate", "--model.schedule.warmup_epochs", "1",
         "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
         "--checkpoint.save_top_k", "-1", "--checkpoint.save_last", "true",
         "--data.data_dir", str(mnist_dir), *TINY, root=first,
@@ -263,7 +265,7 @@ def test_estimated_T_real_tiny_run_then_resume(run_cli, tmp_path, mnist_dir, mon
     monkeypatch.setattr(transition_module, "anchor_transition", no_estimate)
     run_cli(
         "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
-        "--model.transition", "estimate", "--model.warmup_epochs", "1",
+        "--model.transition", "estimate", "--model.schedule.warmup_epochs", "1",
         "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3",
         "--ckpt_path", str(folder / "checkpoints" / "last.ckpt"),
         "--data.data_dir", str(mnist_dir), *TINY, root=first,
@@ -325,7 +327,7 @@ def test_estimation_uses_outputs_without_augmentation(cifar10_dir) -> None:
     from noisylabels.data import CIFAR10DataModule
 
     dm = CIFAR10DataModule(data_dir=str(cifar10_dir), batch_size=16, augment=True)
-    model = Forward(backbone="mlp", num_classes=10, input_shape=(3, 32, 32), transition="estimate")
+    model = Forward(backbone="mlp", num_classes=10, input_shape=(3, 32, 32), **ESTIMATED_T)
     trainer = Trainer(accelerator="cpu", logger=False, limit_train_batches=2, max_epochs=1)
     dm.trainer = trainer
     model.trainer = trainer
@@ -348,7 +350,7 @@ def test_estimation_uses_outputs_without_augmentation(cifar10_dir) -> None:
 def test_biased_true_T_reports_its_error(run_cli, tmp_path, mnist_dir) -> None:
     run_cli(
         "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
-        "--model.transition", "true", "--model.transition_bias", "0.1",
+        "--config", str(CONFIGS / "protocol" / "true_t.yaml"), "--model.transition_bias", "0.1",
         "--model.bias_seed", "3", "--trainer.max_epochs", "1",
         "--trainer.limit_train_batches", "2", "--data.data_dir", str(mnist_dir), *TINY,
     )  # fmt: skip
@@ -367,7 +369,7 @@ def test_volmin_real_tiny_run_logs_error_every_epoch(run_cli, tmp_path, mnist_di
     cli = run_cli(
         "fit", "--config", str(CONFIGS / "mnist_volmin_vrnl.yaml"),
         "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
-        "--model.milestones", "[1]", "--data.data_dir", str(mnist_dir), *TINY,
+        "--model.schedule.milestones", "[1]", "--data.data_dir", str(mnist_dir), *TINY,
     )  # fmt: skip
     trainer = cli.trainer
     assert trainer.global_step == 6  # one step per batch although two optimizers step
@@ -405,7 +407,7 @@ def test_volmin_variance_term_reaches_the_classifier_not_T() -> None:
 DIGITS_REWEIGHT = [
     "--config", str(CONFIGS / "quickstart.yaml"),
     "--model.class_path", "noisylabels.methods.Reweight", "--model.transition", "estimate",
-    "--model.warmup_epochs", "1", "--data.batch_size", "64",
+    "--model.schedule.warmup_epochs", "1", "--data.batch_size", "64",
 ]  # fmt: skip
 
 
@@ -466,10 +468,21 @@ def test_a_real_run_with_a_degenerate_estimate_warns_and_its_divergence_names_it
     assert not list(tmp_path.rglob("results.json"))
 
 
-def test_transition_estimate_needs_warmup_epochs_except_in_a_smoke_test(run_cli) -> None:
+def test_transition_estimate_needs_warmup_epochs_and_a_given_T_none(run_cli) -> None:
+    """T̂ from an untrained network is refused, also in a smoke test (whose warm-up is the
+    first half of its batches, so that T̂ is estimated where a real run estimates it); a given
+    T has nothing to estimate, and a warm-up with it is refused."""
     from noisylabels.errors import InputError
 
-    no_warmup = [*DIGITS_REWEIGHT, "--model.warmup_epochs", "0"]
-    with pytest.raises(InputError, match=r"--model.warmup_epochs is 0.*untrained network"):
+    no_warmup = [*DIGITS_REWEIGHT, "--model.schedule.warmup_epochs", "0"]
+    untrained = r"--model.schedule.warmup_epochs is 0.*untrained network"
+    with pytest.raises(InputError, match=untrained):
         run_cli("fit", *no_warmup, "--trainer.max_epochs", "2")
-    assert run_cli("fit", *no_warmup, "--trainer.fast_dev_run", "2").results is not None
+    with pytest.raises(InputError, match=untrained):
+        run_cli("fit", *no_warmup, "--trainer.fast_dev_run", "2")
+    given = [*DIGITS_REWEIGHT, "--model.transition", "true"]
+    with pytest.raises(InputError, match="set --model.schedule.warmup_epochs 0"):
+        run_cli("fit", *given, "--trainer.fast_dev_run", "2")
+    assert run_cli(
+        "fit", *given, "--model.schedule.warmup_epochs", "0", "--trainer.fast_dev_run", "2"
+    )

@@ -97,8 +97,8 @@ def test_large_alpha_warns_with_fraction(run_cli, tmp_path) -> None:
 def test_bad_model_arguments() -> None:
     with pytest.raises(ValueError, match="variance_scope"):
         CE(variance_scope="everywhere")
-    with pytest.raises(ValueError, match="optimizer"):
-        CE(optimizer="lbfgs")
+    with pytest.raises(ValueError, match="--model.optim.optimizer must be one of"):
+        CE(optim={"optimizer": "lbfgs"})
     with pytest.raises(ValueError, match="unknown backbone|available"):
         CE(backbone="vgg99")
     with pytest.raises(FileNotFoundError, match="transition file"):

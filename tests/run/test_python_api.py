@@ -13,7 +13,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from noisylabels.data import DigitsDataModule
-from noisylabels.methods import Forward
+from noisylabels.methods import Forward, OptimizerOptions, StageSchedule
 from noisylabels.run import fit_and_test
 
 from conftest import CONFIGS, REPO, read_results
@@ -53,9 +53,10 @@ def quickstart_in_python(root: Path, **options) -> dict:
         backbone_kwargs={"hidden": [128]},
         alpha=0.1,
         transition=True,
-        lr=0.05,
-        milestones=[10],
+        schedule=StageSchedule(main_epochs=15, milestones=[10]),
+        optim=OptimizerOptions(lr=0.05),
     )
+    assert model.schedule.total_epochs == 15  # docs/python.md trains these; here a shorter run
     trainer = L.Trainer(
         max_epochs=EPOCHS,
         accelerator="cpu",

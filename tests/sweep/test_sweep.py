@@ -34,7 +34,7 @@ rules:
   - where: {{method: forward_vrnl, noise: [pair-0.45]}}
     args: {{model.alpha: 0.01}}
   - where: {{method: forward, seed: 2}}
-    args: {{model.lr: 0.02}}
+    args: {{model.optim.lr: 0.02}}
 """
 
 
@@ -75,7 +75,9 @@ def test_grid_expansion_count_names_and_options(tmp_path: Path) -> None:
     assert argv[-4:-2] == ["--data.batch_size", "8"] and argv[-2] == "--trainer.default_root_dir"
     sym = next(r for r in sweep.runs if r.name == "forward_vrnl/sym-0.2/seed-0")
     assert sym.args["model.alpha"] == 0.1  # the rule matches pair noise only
-    lr = {r.name: r.args.get("model.lr") for r in sweep.runs if r.point["method"] == "forward"}
+    lr = {
+        r.name: r.args.get("model.optim.lr") for r in sweep.runs if r.point["method"] == "forward"
+    }
     assert lr["forward/pair-0.45/seed-2"] == 0.02 and lr["forward/pair-0.45/seed-1"] is None
     kept = load_sweep(sweep.path, tmp_path, {"method": ["forward"], "seed": ["1", "seed-2"]})
     assert [r.name for r in kept.runs] == [

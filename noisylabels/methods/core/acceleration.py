@@ -25,7 +25,8 @@ A speed option never kills a run: every compiled callable is guarded. If a compi
 (compiling or capturing failed, the recompile limit was hit) and the same call succeeds eagerly,
 or the compiled functions break their graphs more than :data:`GRAPH_BREAK_LIMIT` times, the run
 warns once, naming the option, and continues eagerly from the same state
-(:meth:`Acceleration.fall_back`). :class:`Acceleration` holds these settings for one method.
+(:meth:`Acceleration.fall_back`). :class:`SpeedOptions` is the method's ``speed`` option group
+(``--model.speed.*``); :class:`Acceleration` holds these settings for one method.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import os
 import types
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -62,6 +64,7 @@ RECOMPILE_LIMIT = 16
 """Graphs per compiled function a run may make (train/evaluation x full/last batch size x
 stage, each at most once): Dynamo's own default (8) is just reached by a two-stage method.
 Beyond it the run continues eagerly (:meth:`Acceleration.fall_back`)."""
+OPTION = "--model.speed."
 GRAPH_BREAK_LIMIT = 16
 """Graph breaks in the compiled functions beyond which compiling is given up as a loss: the
 project's own functions have none."""
@@ -87,24 +90,42 @@ def resolve_channels_last(value: bool | str, device: torch.device) -> bool:
     return device.type == "cuda" if value == AUTO else bool(value)
 
 
-def check_acceleration_options(
-    compile: bool | str, backend: str, channels_last: bool | str
-) -> None:
-    """Refuse option values :func:`resolve_compile` and ``torch.compile`` would not take."""
-    if not (isinstance(compile, bool) or compile == AUTO or compile in COMPILE_MODES):
-        raise InputError(
-            f"--model.compile must be auto, true, false or a mode of {COMPILE_MODES}, "
-            f"got {compile!r}"
-        )
-    backends = torch.compiler.list_backends(exclude_tags=())
-    if backend not in backends:
-        raise InputError(
-            f"--model.compile_backend must be one of {sorted(backends)}, got {backend!r}"
-        )
-    if not (isinstance(channels_last, bool) or channels_last == AUTO):
-        raise InputError(
-            f"--model.channels_last must be auto, true or false, got {channels_last!r}"
-        )
+@dataclass(frozen=True)
+class SpeedOptions:
+    """How the networks run: none of it changes what a run computes (a resume may change it).
+
+    Attributes:
+        compile: ``torch.compile`` the networks, the per-sample loss and the VRNL arithmetic:
+            ``auto`` (eager until the GPU check has passed on a GPU), ``true`` (with CUDA
+            graphs on CUDA), ``false``, or a mode (``default``, ``reduce-overhead``, ...); a
+            failed compile warns and runs eagerly.
+        compile_backend: ``torch.compile`` backend: ``inductor``, ``aot_eager`` (compiles in
+            seconds, no code generated: to check a method), ``cudagraphs`` (CUDA only), ...
+        channels_last: run convolutional backbones in channels-last memory format; ``auto``:
+            on CUDA (where it pays with mixed precision), not on the CPU.
+    """
+
+    compile: bool | str = AUTO
+    compile_backend: str = "inductor"
+    channels_last: bool | str = AUTO
+
+    def __post_init__(self) -> None:
+        """Refuse values :func:`resolve_compile` and ``torch.compile`` would not take."""
+        compile, backend, channels_last = self.compile, self.compile_backend, self.channels_last
+        if not (isinstance(compile, bool) or compile == AUTO or compile in COMPILE_MODES):
+            raise InputError(
+                f"{OPTION}compile must be auto, true, false or a mode of {COMPILE_MODES}, "
+                f"got {compile!r}"
+            )
+        backends = torch.compiler.list_backends(exclude_tags=())
+        if backend not in backends:
+            raise InputError(
+                f"{OPTION}compile_backend must be one of {sorted(backends)}, got {backend!r}"
+            )
+        if not (isinstance(channels_last, bool) or channels_last == AUTO):
+            raise InputError(
+                f"{OPTION}channels_last must be auto, true or false, got {channels_last!r}"
+            )
 
 
 def _graph_breaks() -> int:
@@ -131,14 +152,14 @@ class Acceleration:
     never calls back into it.
 
     Args:
-        compile, backend, channels_last: the method's ``compile``, ``compile_backend`` and
-            ``channels_last`` options (checked here).
+        compile, backend, channels_last: the :class:`SpeedOptions` ``compile``,
+            ``compile_backend`` and ``channels_last`` (checked there).
 
     Until :meth:`resolve` everything runs eagerly.
     """
 
     def __init__(self, compile: bool | str, backend: str, channels_last: bool | str) -> None:
-        check_acceleration_options(compile, backend, channels_last)
+        SpeedOptions(compile, backend, channels_last)  # checks the values
         self.compile = compile
         self.backend = backend
         self.channels_last_option = channels_last
@@ -202,8 +223,8 @@ class Acceleration:
             )
             if self.backend == CUDAGRAPH_BACKEND and device.type != "cuda":
                 raise InputError(
-                    f"--model.compile_backend {CUDAGRAPH_BACKEND} records CUDA graphs and needs "
-                    f"a CUDA device, not {device.type}; use --model.compile_backend inductor"
+                    f"{OPTION}compile_backend {CUDAGRAPH_BACKEND} records CUDA graphs and needs a "
+                    f"CUDA device, not {device.type}; use {OPTION}compile_backend inductor"
                 )
             kwargs: dict[str, Any] = {"backend": self.backend, "dynamic": False}
             if self.backend == "inductor" and mode != "default":
@@ -273,13 +294,13 @@ class Acceleration:
         state."""
         if self.compile_kwargs is None:
             return
-        option = f"--model.compile {str(self.compile).lower()}"
+        option = f"--model.speed.compile {str(self.compile).lower()}"
         if self.backend != "inductor":
-            option += f" --model.compile_backend {self.backend}"
+            option += f" --model.speed.compile_backend {self.backend}"
         warnings.warn(
             f"{self.name}: torch.compile ({option}) failed and the run continues eagerly from "
             f"the same state, without compiled graphs{' or CUDA graphs' if self.cudagraphs else ''}"
-            f" ({reason}). --model.compile false turns compiling off; TORCH_LOGS=recompiles,"
+            f" ({reason}). --model.speed.compile false turns compiling off; TORCH_LOGS=recompiles,"
             "graph_breaks shows what Dynamo did",
             stacklevel=2,
         )
@@ -318,8 +339,8 @@ class Acceleration:
         if self.cudagraphs and accumulate_grad_batches > 1:
             raise InputError(
                 f"--trainer.accumulate_grad_batches {accumulate_grad_batches} cannot run with "
-                f"CUDA graphs (--model.compile {str(self.compile).lower()} on CUDA): set "
-                "--trainer.accumulate_grad_batches 1, or --model.compile default (compiled "
+                f"CUDA graphs (--model.speed.compile {str(self.compile).lower()} on CUDA): set "
+                "--trainer.accumulate_grad_batches 1, or --model.speed.compile default (compiled "
                 "without CUDA graphs) or false"
             )
 

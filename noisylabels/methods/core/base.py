@@ -15,6 +15,7 @@ attached by :mod:`noisylabels.run`. Methods with a transition matrix also overri
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -26,9 +27,11 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from noisylabels.errors import InputError
 from noisylabels.methods.core import optim
-from noisylabels.methods.core.acceleration import Acceleration
+from noisylabels.methods.core.acceleration import Acceleration, SpeedOptions
 from noisylabels.methods.core.distributed import drop_gradients, with_zero_gradients, world
 from noisylabels.methods.core.evaluation import split_logits
+from noisylabels.methods.core.groups import option_group
+from noisylabels.methods.core.optim import OptimizerOptions
 from noisylabels.methods.core.staged import StagedModule
 from noisylabels.methods.core.stages import StageSchedule
 from noisylabels.methods.core.step import EpochStatistics, StepOutput, named_metrics
@@ -51,45 +54,19 @@ class NoisyLabelMethod(StagedModule):
         alpha: VRNL coefficient: ``> 0`` increases the loss variance, ``0`` is the base method,
             ``< 0`` penalizes the variance.
         variance_scope: ``global`` (variance over the batch of all DDP processes) or ``local``.
-        optimizer: ``sgd`` (with ``momentum``) or ``adam``.
-        lr, momentum, weight_decay: optimizer settings (paper: SGD 0.01, 0.9, 1e-4).
-        milestones, lr_gamma: MultiStepLR epochs and factor (paper: 30, 60 and 0.1).
-        milestones_from: ``main``: milestones count from the first epoch of the method's own
-            stage, after any warm-up; ``start``: from epoch 0.
-        warmup_epochs: epochs of plain cross-entropy (VRNL off) before the method's own
-            objective, for methods with a warm-up stage.
-        warmup_model: which warm-up model the estimation point (T̂) sees: ``last`` epoch's or
-            ``best`` (highest noisy-validation accuracy, i.e. early stopping: T-Revision, Dual-T).
-        main_stage_init: what the method's own stage starts from: ``continue`` (the last warm-up
-            network and its optimizer state; the VRNL paper's Reweight), ``reinit`` (a newly
-            initialised network, fresh optimizer state; Patrini's Forward, Dual-T) or
-            ``restart`` (the estimation model, fresh optimizer state; T-Revision).
-        warmup_momentum: SGD momentum during the warm-up (T-Revision and Dual-T: 0); ``None``
-            keeps ``momentum``. The three warm-up options act only in runs with a warm-up.
-        warmup_milestones: LR milestones within the warm-up (epochs from 0; Dual-T: 50); the
-            method's own stage starts at ``lr`` again.
-        lr_schedule: ``multistep`` (``milestones``) or ``linear`` (Co-teaching: ``lr`` until
-            ``decay_start`` epochs into the method's stage, then linearly to 0 at its end, and
-            Adam's β1 = ``decay_beta1`` from there on).
-        decay_start, decay_beta1: see ``lr_schedule``.
-        revision_epochs: a revision stage of this many epochs ends the run (T-Revision, PTD:
-            Adam at ``revision_lr``, weight decay ``revision_weight_decay``, over the networks
-            and the method's own parameters, from the ``revision_model``: ``best`` or ``last``
-            model of the method's stage); 0: none.
+        schedule: the stages (warm-up, the method's own, revision), their lengths and the
+            learning rate of every epoch.
+        optim: the optimizer (paper: SGD, lr 0.01, momentum 0.9, weight decay 1e-4).
+        speed: how the networks run (compiled, channels-last); never what they compute.
         pretrained: start from ImageNet weights (``resnet50`` only; from torchvision's local
             cache or ``weights_path``).
         weights_path: a state-dict file of pretrained backbone weights.
         backbone_kwargs: extra arguments of the backbone factory (e.g. ``hidden`` of ``mlp``).
         weight_warning: warn when more than this fraction of an epoch's samples get a
             non-positive VRNL weight ``1 + 2 alpha (mean(l) - l_i)``.
-        channels_last: run convolutional backbones in channels-last memory format; ``auto``:
-            on CUDA (where it pays with mixed precision), not on the CPU.
-        compile: ``torch.compile`` the networks, the per-sample loss and the VRNL arithmetic
-            (see :mod:`noisylabels.methods.core.acceleration`): ``auto`` (eager until the GPU
-            check has passed on a GPU), ``true`` (with CUDA graphs on CUDA), ``false``, or a
-            mode (``default``, ``reduce-overhead``, ...); a failed compile warns, runs eagerly.
-        compile_backend: ``torch.compile`` backend: ``inductor``, ``aot_eager`` (compiles in
-            seconds, no code generated: to check a method), ``cudagraphs`` (CUDA only), ...
+
+    The option groups are given as their dataclasses or as mappings of their options (a
+    checkpoint's hyperparameters hold them as mappings).
     """
 
     abstract = True  # a base of methods, not one itself (see methods.core.registry)
@@ -101,69 +78,35 @@ class NoisyLabelMethod(StagedModule):
         input_shape: Sequence[int] = (1, 28, 28),
         alpha: float = 0.0,
         variance_scope: str = "global",
-        optimizer: str = "sgd",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-4,
-        milestones: Sequence[int] = (30, 60),
-        lr_gamma: float = 0.1,
-        milestones_from: str = "main",
-        warmup_epochs: int = 0,
-        warmup_model: str = "last",
-        main_stage_init: str = "continue",
-        warmup_momentum: float | None = None,
-        warmup_milestones: Sequence[int] = (),
-        lr_schedule: str = "multistep",
-        decay_start: int = 80,
-        decay_beta1: float | None = None,
-        revision_epochs: int = 0,
-        revision_model: str = "best",
-        revision_lr: float = 5e-7,
-        revision_weight_decay: float = 1e-4,
+        schedule: StageSchedule = StageSchedule(),
+        optim: OptimizerOptions = OptimizerOptions(),
+        speed: SpeedOptions = SpeedOptions(),
         pretrained: bool = False,
         weights_path: str | None = None,
         backbone_kwargs: dict[str, Any] | None = None,
         weight_warning: float = 0.05,
-        channels_last: bool | str = "auto",
-        compile: bool | str = "auto",
-        compile_backend: str = "inductor",
     ) -> None:
         super().__init__()
-        for name, value, allowed in [
-            ("variance_scope", variance_scope, SCOPES),
-            ("optimizer", optimizer, optim.OPTIMIZERS),
-        ]:
-            if value not in allowed:
-                raise InputError(f"--model.{name} must be one of {allowed}, got {value!r}")
-        if lr <= 0 or revision_lr <= 0:
-            name, value = ("lr", lr) if lr <= 0 else ("revision_lr", revision_lr)
-            raise InputError(f"--model.{name} must be positive, got {value}")
-        self.schedule = StageSchedule(
-            warmup_epochs=int(warmup_epochs),
-            warmup_model=warmup_model,
-            main_stage_init=main_stage_init,
-            warmup_momentum=warmup_momentum,
-            momentum=momentum,
-            milestones=tuple(int(m) for m in milestones),
-            milestones_from=milestones_from,
-            lr_gamma=float(lr_gamma),
-            warmup_milestones=tuple(int(m) for m in warmup_milestones),
-            lr_schedule=lr_schedule,
-            decay_start=int(decay_start),
-            decay_beta1=decay_beta1,
-            revision_epochs=int(revision_epochs),
-            revision_model=revision_model,
-        )
-        if warmup_momentum is not None and optimizer != "sgd":
+        if variance_scope not in SCOPES:
             raise InputError(
-                f"--model.warmup_momentum is SGD's momentum; optimizer {optimizer!r} has none "
-                "(set --model.warmup_momentum null)"
+                f"--model.variance_scope must be one of {SCOPES}, got {variance_scope!r}"
+            )
+        self.schedule = option_group("schedule", schedule)
+        self.optim = option_group("optim", optim)
+        speed = option_group("speed", speed)
+        if self.schedule.warmup_momentum is not None and self.optim.optimizer != "sgd":
+            raise InputError(
+                "--model.schedule.warmup_momentum is SGD's momentum; --model.optim.optimizer "
+                f"{self.optim.optimizer!r} has none (set --model.schedule.warmup_momentum null)"
             )
         self.save_hyperparameters()
+        groups = {"schedule": self.schedule, "optim": self.optim, "speed": speed}
+        # the groups as plain mappings: a checkpoint's hyperparameters load weights-only
+        self.save_hyperparameters({k: dataclasses.asdict(v) for k, v in groups.items()})
         self.num_classes = num_classes
         self.alpha = float(alpha)
         self.variance_scope = variance_scope
-        self.speed = Acceleration(compile, compile_backend, channels_last)
+        self.speed = Acceleration(speed.compile, speed.compile_backend, speed.channels_last)
         self.stage_loss_fn = self.stage_loss
         self.net = self.build_network()
         self.val_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)

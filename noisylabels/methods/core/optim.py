@@ -1,20 +1,62 @@
-"""Optimizers and LR schedules of the methods, and the manual-optimization step they share.
+"""Optimizers of the methods: their options, and the manual-optimization step they share.
 
-Plain functions over torch optimizers: a method builds its optimizers with
-:func:`make_optimizer` and :func:`multistep`, and changes them at a stage change with
-:func:`set_momentum` and :func:`reset_state`.
+:class:`OptimizerOptions` is the method's ``optim`` option group (``--model.optim.*``). Plain
+functions over torch optimizers: a method builds its optimizers with :func:`make_optimizer` and
+changes them at a stage change with :func:`set_momentum` and :func:`reset_state`; the learning
+rate of every epoch is the stage schedule's (:class:`~noisylabels.methods.core.stages.StagedLR`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
 from torch import Tensor
 
+from noisylabels.errors import InputError
+
 OPTIMIZERS = ("sgd", "adam")
+OPTION = "--model.optim."
+
+
+@dataclass(frozen=True)
+class OptimizerOptions:
+    """The optimizer of the networks, and that of a revision stage.
+
+    Attributes:
+        optimizer: ``sgd`` (with ``momentum``) or ``adam``.
+        lr: learning rate (the paper: 0.01).
+        momentum: SGD momentum (the paper: 0.9); a warm-up may have its own
+            (``schedule.warmup_momentum``).
+        weight_decay: weight decay (the paper: 1e-4).
+        revision_lr: learning rate of the revision stage's Adam (T-Revision, PTD: 5e-7), over
+            the networks and the method's own parameters (ΔT).
+        revision_weight_decay: weight decay of the revision stage's Adam.
+    """
+
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    revision_lr: float = 5e-7
+    revision_weight_decay: float = 1e-4
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise InputError(
+                f"{OPTION}optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}"
+            )
+        for name in ("lr", "revision_lr"):
+            if not getattr(self, name) > 0:
+                raise InputError(f"{OPTION}{name} must be positive, got {getattr(self, name)}")
+        for name in ("weight_decay", "revision_weight_decay"):
+            if not getattr(self, name) >= 0:
+                raise InputError(f"{OPTION}{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise InputError(f"{OPTION}momentum must be in [0, 1), got {self.momentum}")
 
 
 def make_optimizer(
@@ -26,11 +68,6 @@ def make_optimizer(
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
-
-
-def multistep(optimizer: torch.optim.Optimizer, milestones: Sequence[int], gamma: float) -> Any:
-    """MultiStepLR at the absolute epochs ``milestones``, stepped once per epoch."""
-    return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=list(milestones), gamma=gamma)
 
 
 def set_momentum(optimizers: Iterable[Any], momentum: float) -> None:

@@ -11,8 +11,9 @@ on the model the schedule names, re-initialise the networks or restart them from
 model (``main_stage_init``), reset the optimizers and set the stage's momentum. The stage is a
 checkpointed buffer, so a resumed run never repeats the estimation point.
 
-A subclass provides ``self.net``, ``self.val_acc``, ``self.test_acc``,
-:meth:`StagedModule.build_network` and :attr:`StagedModule.has_warmup_stage`.
+A subclass provides ``self.net``, ``self.val_acc``, ``self.test_acc``, ``self.optim`` (its
+:class:`~noisylabels.methods.core.optim.OptimizerOptions`) and
+:meth:`StagedModule.build_network`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from noisylabels.methods.core import optim
 from noisylabels.methods.core.acceleration import module_setattr
 from noisylabels.methods.core.losses import cross_entropy
 from noisylabels.methods.core.networks import better_model, load_network_state, network_state
+from noisylabels.methods.core.optim import OptimizerOptions
 from noisylabels.methods.core.stages import StagedLR, StageSchedule
 
 CHECKPOINT_KEY = "stage_schedule"
@@ -41,6 +43,7 @@ class StagedModule(L.LightningModule):
     method's own stage and a revision stage (each where the run has it)."""
 
     schedule: StageSchedule
+    optim: OptimizerOptions
     net: nn.Module
     val_acc: MulticlassAccuracy
     test_acc: MulticlassAccuracy
@@ -65,8 +68,9 @@ class StagedModule(L.LightningModule):
 
     @property
     def has_warmup_stage(self) -> bool:
-        """Whether this run starts with a plain-CE warm-up stage (``warmup_epochs > 0``)."""
-        return int(self.schedule.warmup_epochs) > 0
+        """Whether this run starts with a plain-CE warm-up stage (the schedule's
+        ``warmup_epochs > 0``)."""
+        return self.schedule.has_warmup
 
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         """The method's own per-sample loss."""
@@ -124,9 +128,23 @@ class StagedModule(L.LightningModule):
             accuracy.reset()
 
     # ---------------------------------------------------------------- optimization
-    def make_optimizer(self, params: Any, name: str, lr: float, weight_decay: float) -> Any:
-        """``sgd`` (with the current stage's momentum) or ``adam`` over ``params``."""
-        return optim.make_optimizer(params, name, lr, weight_decay, self.stage_momentum())
+    def make_optimizer(
+        self,
+        params: Any,
+        name: str | None = None,
+        lr: float | None = None,
+        weight_decay: float | None = None,
+    ) -> Any:
+        """``sgd`` (with the current stage's momentum) or ``adam`` over ``params``: the
+        ``optim`` group's optimizer, learning rate and weight decay where not given."""
+        o = self.optim
+        return optim.make_optimizer(
+            params,
+            o.optimizer if name is None else name,
+            o.lr if lr is None else lr,
+            o.weight_decay if weight_decay is None else weight_decay,
+            self.stage_momentum(),
+        )
 
     def make_scheduler(self, optimizer: Any) -> Any:
         """The run's learning rate per epoch (:class:`~noisylabels.methods.core.stages.StagedLR`:
@@ -140,11 +158,7 @@ class StagedModule(L.LightningModule):
     def configure_optimizers(self) -> Any:
         """One optimizer (with its LR schedule) per network; several networks train by manual
         optimization, every optimizer stepping once per batch."""
-        hp = self.hparams
-        optimizers = [
-            self.make_optimizer(net.parameters(), hp.optimizer, hp.lr, hp.weight_decay)
-            for net in self.networks
-        ]
+        optimizers = [self.make_optimizer(net.parameters()) for net in self.networks]
         return self.with_revision(optimizers, [self.make_scheduler(o) for o in optimizers])
 
     def with_revision(self, optimizers: list[Any], schedulers: list[Any]) -> Any:
@@ -153,11 +167,11 @@ class StagedModule(L.LightningModule):
         ``revision_lr`` over :meth:`revision_parameters`, constant rate) last where the run has
         a revision stage."""
         if self.has_revision_stage:
-            hp = self.hparams
+            o = self.optim
             params = self.revision_parameters()
             optimizers = [
                 *optimizers,
-                optim.make_optimizer(params, "adam", hp.revision_lr, hp.revision_weight_decay),
+                optim.make_optimizer(params, "adam", o.revision_lr, o.revision_weight_decay),
             ]
         if len(optimizers) == 1:
             return {"optimizer": optimizers[0], "lr_scheduler": schedulers[0]}
@@ -196,7 +210,7 @@ class StagedModule(L.LightningModule):
 
     @property
     def has_revision_stage(self) -> bool:
-        """Whether the run ends with a revision stage (``revision_epochs > 0``)."""
+        """Whether the run ends with a revision stage (the schedule's ``revision_epochs > 0``)."""
         return int(self.schedule.revision_epochs) > 0
 
     @property
@@ -213,12 +227,11 @@ class StagedModule(L.LightningModule):
         """Warm-up epochs of this run (0 without a warm-up stage, and under ``fast_dev_run`` so
         that every stage runs)."""
         trainer = self._trainer
-        fast = trainer is not None and bool(trainer.fast_dev_run)
-        return self.schedule.warmup_length(self.has_warmup_stage, fast)
+        return self.schedule.warmup_length(trainer is not None and bool(trainer.fast_dev_run))
 
     def stage_momentum(self) -> float:
         """The SGD momentum of the current stage (``warmup_momentum`` in a warm-up, if set)."""
-        return self.schedule.momentum_of(self.in_warmup)
+        return self.schedule.momentum_of(self.in_warmup, self.optim.momentum)
 
     def stage_milestones(self) -> list[int]:
         """The LR milestones as absolute epochs (shifted by the warm-up where they count from
@@ -266,7 +279,7 @@ class StagedModule(L.LightningModule):
         own stage begins within the one epoch (:meth:`StageSchedule.smoke_warmup_batches`)."""
         trainer = self._trainer
         batches = trainer.num_training_batches if trainer and trainer.fast_dev_run else 0
-        self._smoke_split = self.schedule.smoke_warmup_batches(self.has_warmup_stage, batches)
+        self._smoke_split = self.schedule.smoke_warmup_batches(batches)
 
     def maybe_start_main_stage(self, batch_idx: int | None = None) -> None:
         """Begin the method's own stage if the warm-up is over: at a training epoch's start, or
@@ -306,7 +319,7 @@ class StagedModule(L.LightningModule):
         optimizers = self._torch_optimizers()
         if init != "continue":
             optim.reset_state(optimizers)
-        optim.set_momentum(optimizers, self.schedule.momentum)
+        optim.set_momentum(optimizers, self.optim.momentum)
         self._warmup_best = None
         self.main_started.fill_(True)
         self._main_started = True

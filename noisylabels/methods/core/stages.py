@@ -1,32 +1,24 @@
-"""When a method's stages begin: warm-up → estimation point → the method's own objective
-(→ revision), and the learning rate of every epoch.
+"""When a method's stages begin and how long they last: warm-up → estimation point → the method's
+own objective (→ revision), and the learning rate of every epoch.
 
-A run of a method with a warm-up stage trains ``warmup_epochs`` of plain cross-entropy on the
-noisy labels (VRNL off; checkpoint selection skips these epochs), then reaches the estimation
-point (e.g. of T̂) once and trains the method's own objective. Methods without a warm-up start
-in their own stage. With ``revision_epochs > 0`` the last epochs of the run are a revision stage
-(T-Revision, PTD: the transition matrix is revised together with the network by its own
-optimizer, from the best or last model of the method's stage).
+:class:`StageSchedule` is the method's ``schedule`` option group (``--model.schedule.*``, in YAML
+``model: init_args: schedule: {warmup_epochs: 15}``): every stage option is declared, defaulted,
+checked and documented there, once. A run with ``warmup_epochs > 0`` trains that many epochs of
+plain cross-entropy on the noisy labels (VRNL off; checkpoint selection skips these epochs), then
+reaches the estimation point (e.g. of T̂) once and trains the method's own objective for
+``main_epochs``; with ``revision_epochs > 0`` a revision stage ends the run (T-Revision, PTD: the
+transition matrix is revised together with the network by its own optimizer, from the best or last
+model of the method's stage). The command line trains :attr:`StageSchedule.total_epochs` epochs
+unless ``--trainer.max_epochs`` is given; a ``Trainer`` built in Python takes the caller's
+``max_epochs`` (``L.Trainer(max_epochs=method.schedule.total_epochs)``).
 
-:class:`StageSchedule` is a plain object that *decides*: whether an epoch is a warm-up epoch,
-when the method's own stage begins, the warm-up's momentum, the LR milestones as absolute epochs
-and which model the estimation point and the method's stage start from. What happens at a stage
-change (loading the best warm-up model, re-initialising networks, resetting optimizers) is the
-method's (:class:`~noisylabels.methods.core.base.NoisyLabelMethod`); the schedule never calls
-back into it.
-
-Three options decide what the estimation point sees and what the method's own stage starts
-from; the references of the field differ here (docs/methods.md):
-
-* ``warmup_model``: ``last`` (the model of the last warm-up epoch) or ``best`` (the warm-up
-  epoch with the best noisy-validation accuracy: early stopping, as T-Revision's and Dual-T's
-  code estimate T̂);
-* ``main_stage_init``: ``continue`` (the last warm-up network and its optimizer state; the VRNL
-  paper's Reweight is "further optimized"), ``reinit`` (newly initialised network(s) and fresh
-  optimizer state; Patrini et al.'s Forward and the Dual-T code) or ``restart`` (the network T̂
-  was estimated from, fresh optimizer state; T-Revision);
-* ``warmup_momentum``: the SGD momentum of the warm-up (T-Revision and Dual-T warm up without
-  momentum); ``null`` keeps ``momentum``.
+The schedule is a plain object that *decides*: whether an epoch is a warm-up epoch, when the
+method's own stage begins, the warm-up's momentum, the LR milestones as absolute epochs and which
+model the estimation point and the method's stage start from. What happens at a stage change
+(loading the best warm-up model, re-initialising networks, resetting optimizers) is the method's
+(:class:`~noisylabels.methods.core.staged.StagedModule`); the schedule never calls back into it.
+The references of the field differ in what the estimation point sees and what the method's own
+stage starts from (``warmup_model``, ``main_stage_init``, ``warmup_momentum``; docs/methods.md).
 
 The learning rate (:class:`StagedLR`): constant in the warm-up but for ``warmup_milestones``
 (Dual-T: ÷10 after 50 epochs); back to ``lr`` when the method's stage begins; then either
@@ -51,99 +43,128 @@ MAIN_STAGE_INITS = ("continue", "reinit", "restart")
 MILESTONES_FROM = ("main", "start")
 LR_SCHEDULES = ("multistep", "linear")
 REVISION_MODELS = ("best", "last")
+OPTION = "--model.schedule."
 
 
 @dataclass(frozen=True)
 class StageSchedule:
-    """The stage options of a method and the decisions that follow from them.
+    """The stages of a run: how long each lasts, what the method's own stage starts from, and
+    the learning rate of every epoch.
 
-    Args:
-        warmup_epochs: plain cross-entropy epochs before the method's own stage (used only
-            where the method has a warm-up stage at all, see ``active``).
-        warmup_model: ``last`` or ``best`` (see the module docstring).
-        main_stage_init: ``continue``, ``reinit`` or ``restart``.
-        warmup_momentum: SGD momentum of the warm-up; ``None``: the main momentum.
-        momentum: SGD momentum of the method's own stage.
-        milestones: LR milestones in epochs, counted as ``milestones_from`` says.
-        milestones_from: ``main`` (from the first epoch of the method's own stage) or
-            ``start`` (from epoch 0).
-        lr_gamma: the factor of every milestone.
-        warmup_milestones: LR milestones of the warm-up, in epochs from 0.
-        lr_schedule: ``multistep`` or ``linear`` (the method's own stage).
-        decay_start: ``linear``: epochs into the method's stage before the decay starts.
-        decay_beta1: ``linear``: Adam's β1 from ``decay_start`` on (``None``: unchanged).
-        revision_epochs: epochs of a revision stage at the end of the run (0: none).
+    Attributes:
+        warmup_epochs: epochs of plain cross-entropy on the noisy labels (VRNL off, never
+            selected as the best checkpoint) before the method's own stage; 0: none. A method
+            that estimates from the warm-up model (``transition: estimate``, PTD,
+            ``forget_rate: estimate``) needs at least 1; one correcting with a given T, none.
+        main_epochs: epochs of the method's own stage. The run trains ``warmup_epochs +
+            main_epochs + revision_epochs`` epochs unless ``--trainer.max_epochs`` is given (the
+            method's stage then gets what the warm-up and the revision leave).
+        revision_epochs: epochs of a revision stage that ends the run (T-Revision, PTD); 0: none.
+        warmup_model: the warm-up model the estimation point (T̂) sees: the ``last`` epoch's or
+            the ``best`` (highest noisy-validation accuracy, i.e. early stopping: T-Revision,
+            Dual-T).
+        warmup_momentum: SGD momentum of the warm-up (T-Revision, Dual-T: 0); null: the
+            optimizer's ``momentum``.
+        warmup_milestones: LR milestones within the warm-up, in epochs from 0 (Dual-T: [50]);
+            the method's own stage starts at ``lr`` again.
+        main_stage_init: what the method's own stage starts from: ``continue`` (the last
+            warm-up network and its optimizer state; the VRNL paper's Reweight), ``reinit`` (a
+            newly initialised network, fresh optimizer state; Patrini's Forward, Dual-T) or
+            ``restart`` (the estimation model, fresh optimizer state; T-Revision).
+        lr_schedule: the learning rate of the method's own stage: ``multistep``
+            (``milestones``) or ``linear`` (Co-teaching: ``lr`` until ``decay_start``, then
+            linearly to 0 at the stage's end).
+        milestones: MultiStepLR epochs (the paper: 30, 60), counted as ``milestones_from``
+            says; the learning rate is multiplied by ``lr_gamma`` at each.
+        milestones_from: ``main``: milestones count from the first epoch of the method's own
+            stage, after any warm-up; ``start``: from epoch 0.
+        lr_gamma: the factor of every milestone (the paper: 0.1).
+        decay_start: ``linear``: epochs into the method's own stage before the decay starts.
+        decay_beta1: ``linear``: Adam's β1 from ``decay_start`` on; null: unchanged.
         revision_model: what the revision starts from: the ``best`` (noisy-validation accuracy)
             or the ``last`` model of the method's own stage.
     """
 
     warmup_epochs: int = 0
+    main_epochs: int = 80
+    revision_epochs: int = 0
     warmup_model: str = "last"
-    main_stage_init: str = "continue"
     warmup_momentum: float | None = None
-    momentum: float = 0.9
+    warmup_milestones: Sequence[int] = ()
+    main_stage_init: str = "continue"
+    lr_schedule: str = "multistep"
     milestones: Sequence[int] = (30, 60)
     milestones_from: str = "main"
     lr_gamma: float = 0.1
-    warmup_milestones: Sequence[int] = ()
-    lr_schedule: str = "multistep"
     decay_start: int = 80
     decay_beta1: float | None = None
-    revision_epochs: int = 0
     revision_model: str = "best"
 
     def __post_init__(self) -> None:
-        if self.warmup_model not in WARMUP_MODELS:
+        for name in ("milestones", "warmup_milestones"):  # lists from a config, as tuples
+            object.__setattr__(self, name, tuple(int(m) for m in getattr(self, name)))
+        for name, allowed in (
+            ("warmup_model", WARMUP_MODELS),
+            ("main_stage_init", MAIN_STAGE_INITS),
+            ("lr_schedule", LR_SCHEDULES),
+            ("milestones_from", MILESTONES_FROM),
+            ("revision_model", REVISION_MODELS),
+        ):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise InputError(f"{OPTION}{name} must be one of {allowed}, got {value!r}")
+        for name, least in (
+            ("warmup_epochs", 0),
+            ("main_epochs", 1),
+            ("revision_epochs", 0),
+            ("decay_start", 0),
+        ):
+            value = getattr(self, name)
+            if int(value) < least:
+                raise InputError(f"{OPTION}{name} must be >= {least}, got {value}")
+        for name in ("warmup_momentum", "decay_beta1"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise InputError(f"{OPTION}{name} must be in [0, 1), got {value}")
+
+    @property
+    def total_epochs(self) -> int:
+        """The epochs of a run of this schedule: warm-up, the method's own stage and revision
+        (what the command line trains unless ``--trainer.max_epochs`` is given)."""
+        return int(self.warmup_epochs) + int(self.main_epochs) + int(self.revision_epochs)
+
+    @property
+    def has_warmup(self) -> bool:
+        """Whether a run starts with a plain-CE warm-up stage (``warmup_epochs > 0``)."""
+        return int(self.warmup_epochs) > 0
+
+    def require_warmup(self, what: str, hint: str = "") -> None:
+        """Refuse a schedule without warm-up epochs for a method that estimates ``what`` from
+        the warm-up model (it would come from an untrained network); :class:`InputError`
+        naming the option, with ``hint`` (e.g. the paper's value) after it."""
+        if not self.has_warmup:
             raise InputError(
-                f"--model.warmup_model must be one of {WARMUP_MODELS}, got {self.warmup_model!r}"
-            )
-        if self.main_stage_init not in MAIN_STAGE_INITS:
-            raise InputError(
-                f"--model.main_stage_init must be one of {MAIN_STAGE_INITS}, "
-                f"got {self.main_stage_init!r}"
-            )
-        if self.milestones_from not in MILESTONES_FROM:
-            raise InputError(
-                f"--model.milestones_from must be one of {MILESTONES_FROM}, "
-                f"got {self.milestones_from!r}"
-            )
-        if int(self.warmup_epochs) < 0:
-            raise InputError(f"--model.warmup_epochs must be >= 0, got {self.warmup_epochs}")
-        if self.warmup_momentum is not None and not 0.0 <= self.warmup_momentum < 1.0:
-            raise InputError(
-                f"--model.warmup_momentum must be in [0, 1), got {self.warmup_momentum}"
-            )
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise InputError(
-                f"--model.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}"
-            )
-        if int(self.decay_start) < 0:
-            raise InputError(f"--model.decay_start must be >= 0, got {self.decay_start}")
-        if self.decay_beta1 is not None and not 0.0 <= self.decay_beta1 < 1.0:
-            raise InputError(f"--model.decay_beta1 must be in [0, 1), got {self.decay_beta1}")
-        if int(self.revision_epochs) < 0:
-            raise InputError(f"--model.revision_epochs must be >= 0, got {self.revision_epochs}")
-        if self.revision_model not in REVISION_MODELS:
-            raise InputError(
-                f"--model.revision_model must be one of {REVISION_MODELS}, "
-                f"got {self.revision_model!r}"
+                f"{what} is estimated from the warm-up model, but {OPTION}warmup_epochs is 0, "
+                "so it would come from an untrained network (the run would end far below what "
+                f"the method reaches, without an error). Set {OPTION}warmup_epochs N{hint}"
             )
 
-    def warmup_length(self, active: bool, fast_dev_run: bool = False) -> int:
-        """Warm-up epochs of a run: 0 without a warm-up stage (``active`` false), and under
-        ``fast_dev_run`` so that every stage runs."""
-        return int(self.warmup_epochs) if active and not fast_dev_run else 0
+    def warmup_length(self, fast_dev_run: bool = False) -> int:
+        """Warm-up epochs of a run (none under ``fast_dev_run``, whose one epoch runs every
+        stage)."""
+        return 0 if fast_dev_run else int(self.warmup_epochs)
 
     def revision_length(self, fast_dev_run: bool = False) -> int:
         """Revision epochs of a run (none under ``fast_dev_run``, whose one epoch is the method's
         own stage)."""
         return 0 if fast_dev_run else int(self.revision_epochs)
 
-    def momentum_of(self, in_warmup: bool) -> float:
-        """The SGD momentum of a stage (``warmup_momentum`` in a warm-up, if set)."""
+    def momentum_of(self, in_warmup: bool, momentum: float) -> float:
+        """The SGD momentum of a stage: ``warmup_momentum`` in a warm-up (if set), else the
+        optimizer's ``momentum``."""
         if in_warmup and self.warmup_momentum is not None:
             return float(self.warmup_momentum)
-        return float(self.momentum)
+        return float(momentum)
 
     def main_starts(self, epoch: int, warmup_length: int) -> bool:
         """Whether a run still in its warm-up begins the method's own stage at ``epoch``."""
@@ -195,21 +216,22 @@ class StageSchedule:
         if not self.leaves_no_main_epoch(warmup_length, max_epochs, revision_length):
             return
         stages = f"warmup_epochs={warmup_length} leaves"
-        options = "--model.warmup_epochs"
+        options = f"{OPTION}warmup_epochs"
         if revision_length:
             stages = f"warmup_epochs={warmup_length} and revision_epochs={revision_length} leave"
-            options = "--model.warmup_epochs or --model.revision_epochs"
+            options = f"{OPTION}warmup_epochs or {OPTION}revision_epochs"
         raise InputError(
             f"{stages} no epoch of the method's own stage with max_epochs={max_epochs}; "
-            f"lower {options} or raise --trainer.max_epochs"
+            f"lower {options} or raise --trainer.max_epochs (or leave it out: the schedule's "
+            f"{self.total_epochs} epochs)"
         )
 
-    def smoke_warmup_batches(self, active: bool, num_batches: int | float) -> int:
+    def smoke_warmup_batches(self, num_batches: int | float) -> int:
         """How many of a ``fast_dev_run``'s ``num_batches`` training batches are warm-up in a
-        run with a warm-up stage (``active``): the first half, rounded down, so the smoke test
-        runs the warm-up, the estimation point and the method's own stage in its one epoch
-        (0: the method's stage from the start)."""
-        if not active or not math.isfinite(num_batches):
+        run with a warm-up stage: the first half, rounded down, so the smoke test runs the
+        warm-up, the estimation point and the method's own stage in its one epoch (0: the
+        method's stage from the start)."""
+        if not self.has_warmup or not math.isfinite(num_batches):
             return 0
         return int(num_batches) // 2
 
