@@ -20,7 +20,8 @@ batch is such a sample too, at no extra forward pass.
 ``α_peer`` is constant (``peer_alpha``), or follows the reference's per-epoch plan
 (``peer_alpha_segments``: pieces ``(epochs, first, last)`` of a piecewise-linear schedule,
 each ``linspace(first, last, epochs)`` as the reference builds it, over the epochs of the
-method's own stage; the last value after the last piece). ``l_i`` can be negative.
+method's own stage; the last value after the last piece). Both cross-entropies are the
+reference's ``-log(p_y + 1e-5)``, which bounds the peer term; ``l_i`` can be negative.
 
 With ``alpha != 0`` (Peer-VRNL) the variance is that of the per-sample peer losses ``l_i``
 above, the values whose mean the base method minimizes.
@@ -32,19 +33,31 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from noisylabels.errors import InputError
 from noisylabels.methods.core.base import NoisyLabelMethod
 from noisylabels.methods.core.distributed import gather_batch, gather_rows, world
-from noisylabels.methods.core.losses import cross_entropy
+
+EPS = 1e-5
+"""Added to the softmax inside both cross-entropies (the reference's "stable" cross-entropy): it
+bounds each at ``-log(1e-5) ≈ 11.5``, so the peer loss is bounded below."""
+
+
+def stable_cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
+    """``-log(softmax(z)_y + 1e-5)`` per sample, float32."""
+    probs = F.softmax(logits.float(), dim=1)
+    return -torch.log(probs.gather(1, labels.unsqueeze(1)).squeeze(1) + EPS)
 
 
 def peer_loss(
     logits: Tensor, labels: Tensor, peer_logits: Tensor, peer_labels: Tensor, peer_alpha: Tensor
 ) -> Tensor:
-    """``CE(z_i, y_i) - α_peer · CE(z'_i, y'_i)`` per sample (Liu & Guo 2020), float32."""
-    return cross_entropy(logits, labels) - peer_alpha * cross_entropy(peer_logits, peer_labels)
+    """``CE(z_i, y_i) - α_peer · CE(z'_i, y'_i)`` per sample (Liu & Guo 2020), each CE
+    :func:`stable_cross_entropy`, float32."""
+    own = stable_cross_entropy(logits, labels)
+    return own - peer_alpha * stable_cross_entropy(peer_logits, peer_labels)
 
 
 def alpha_schedule(segments: Sequence[Sequence[float]], epoch: int) -> float:

@@ -179,8 +179,8 @@ def test_peer_step_subtracts_the_loss_of_an_independent_peer() -> None:
     probs = softmax_by_hand(logits_of(model, batch))
     labels = batch["label"].tolist()
     expected = [
-        -math.log(probs[i][labels[i]])
-        - 0.5 * -math.log(probs[int(first[i])][labels[int(second[i])]])
+        -math.log(probs[i][labels[i]] + 1e-5)
+        - 0.5 * -math.log(probs[int(first[i])][labels[int(second[i])]] + 1e-5)
         for i in range(n)
     ]
     losses, objective = step(model, batch)
@@ -207,7 +207,8 @@ def test_peer_validation_loss_pairs_with_the_next_samples() -> None:
     labels = torch.tensor([0, 1, 2, 1])
     p = softmax_by_hand(logits)
     expected = [
-        -math.log(p[i][labels[i]]) + math.log(p[(i + 1) % 4][labels[(i + 2) % 4]]) for i in range(4)
+        -math.log(p[i][labels[i]] + 1e-5) + math.log(p[(i + 1) % 4][labels[(i + 2) % 4]] + 1e-5)
+        for i in range(4)
     ]
     loss = model.per_sample_loss(logits, {"label": labels})
     assert loss.tolist() == pytest.approx(expected, rel=1e-5, abs=1e-6)
