@@ -225,3 +225,26 @@ def test_peer_alpha_follows_the_references_plan() -> None:
     assert make(Peer, peer_alpha=0.3).current_peer_alpha() == 0.3
     with pytest.raises(InputError):
         make(Peer, peer_alpha_segments=[(0, 0.0, 1.0)])
+
+
+def test_gce_prunes_in_a_run_and_checkpoints_the_weights(run_cli, tmp_path) -> None:
+    """Pruning at the start of epochs 1 and 2 (``prune_start 2``, ``prune_every 1``) by the best
+    model so far: the weights cover the training set, some samples are kept and some pruned, and
+    the last checkpoint carries them."""
+    from conftest import CONFIGS
+
+    cli = run_cli(
+        "fit",
+        *("--config", str(CONFIGS / "data" / "digits.yaml"), "--model", "noisylabels.methods.GCE"),
+        *("--model.prune_start", "2", "--model.prune_every", "1", "--model.alpha", "0.05"),
+        *("--model.optim.lr", "0.1", "--data.noise_rate", "0.4", "--trainer.max_epochs", "3"),
+        *("--trainer.limit_val_batches", "2", "--trainer.accelerator", "cpu"),
+    )
+    facts = cli.model.data_facts()
+    last = next(tmp_path.rglob("last.ckpt"))
+    checkpoint = torch.load(last, map_location="cpu", weights_only=False)
+    weights = checkpoint["state_dict"]["prune_weights"]
+    assert len(weights) == facts.num_samples
+    train = weights[facts.train_indices]
+    assert 0.0 < float(train.mean()) < 1.0 and set(train.tolist()) <= {0.0, 1.0}
+    assert checkpoint["gce_prune_best"]["epoch"] in (0, 1, 2)
