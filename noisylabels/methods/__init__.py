@@ -7,6 +7,7 @@ family, ``selection.py`` the two-network family, then one small file per method.
 its modules), which is what ``noisylabels fit --model.help`` prints and the tests train.
 """
 
+from noisylabels.methods.backward import Backward
 from noisylabels.methods.ce import CE
 from noisylabels.methods.core import (
     EpochStatistics,
@@ -23,7 +24,9 @@ from noisylabels.methods.core import (
 from noisylabels.methods.coteaching import CoTeaching
 from noisylabels.methods.decoupling import Decoupling
 from noisylabels.methods.forward import Forward
+from noisylabels.methods.gce import GCE
 from noisylabels.methods.mentornet import MentorNet
+from noisylabels.methods.peer import Peer
 from noisylabels.methods.ptd import PTD
 from noisylabels.methods.reweight import Reweight
 from noisylabels.methods.selection import SmallLossMethod, TwoNetworkMethod
@@ -32,15 +35,18 @@ from noisylabels.methods.trevision import TRevision
 from noisylabels.methods.volminnet import VolMinNet
 
 __all__ = [
+    "Backward",
     "CE",
     "CoTeaching",
     "Decoupling",
     "EpochStatistics",
     "Forward",
+    "GCE",
     "MentorNet",
     "NoisyLabelMethod",
     "OptimizerOptions",
     "PTD",
+    "Peer",
     "Reweight",
     "SmallLossMethod",
     "SpeedOptions",

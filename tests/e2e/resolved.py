@@ -54,7 +54,7 @@ SKIPPED = (
     "trainer.enable_progress_bar",
     "trainer.enable_model_summary",
 )
-TRANSITION_METHODS = ("Forward", "Reweight", "TRevision")
+TRANSITION_METHODS = ("Forward", "Reweight", "TRevision", "Backward")
 
 
 def flat(node: Any, prefix: str = "") -> dict[str, Any]:

@@ -37,7 +37,7 @@ def resolve(capsys: pytest.CaptureFixture, *configs: Path | str, args: tuple = (
 def test_presets_compose_their_data_and_method_group() -> None:
     """``<dataset>_<method>.yaml`` composes ``data/<dataset>.yaml``, ``method/<method>.yaml`` and at
     most protocol files, and holds few settings of its own."""
-    assert len(PRESETS) == 4 * 14
+    assert len(PRESETS) == 4 * 17
     for preset in PRESETS:
         dataset, _, method = preset.stem.partition("_")
         content = yaml.safe_load(preset.read_text())

@@ -17,7 +17,7 @@ epochs, the estimation epoch) is compared exactly, accuracies within :data:`ACC_
 within :data:`EPS_TOLERANCE` (measured: every accuracy of every case identical, ε_T within 1e-7).
 
 One case (T-Revision-VRNL, whose ΔT is unused before its revision stage) is in the default
-suite (about 40 s); all 18 cases take about 5 minutes on 2 CPU cores (``slow``).
+suite (about 40 s); all 24 cases take about 7 minutes on 2 CPU cores (``slow``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,17 @@ from torch import Tensor
 
 from noisylabels.callbacks import DivergenceGuard
 from noisylabels.data import DigitsDataModule
-from noisylabels.methods import CE, CoTeaching, Forward, NoisyLabelMethod, Reweight, VolMinNet
+from noisylabels.methods import (
+    CE,
+    GCE,
+    Backward,
+    CoTeaching,
+    Forward,
+    NoisyLabelMethod,
+    Peer,
+    Reweight,
+    VolMinNet,
+)
 from noisylabels.methods.core import acceleration
 from noisylabels.methods.core.acceleration import resolve_channels_last, resolve_compile
 from noisylabels.run.cli import auto_precision
@@ -84,6 +94,9 @@ METHODS = {
     "Forward-estimated": (Forward, {"transition": "estimate", "schedule": {"warmup_epochs": 1}}),
     "Reweight": (Reweight, {"transition": "estimate", "schedule": {"warmup_epochs": 1}}),
     "VolMinNet": (VolMinNet, {}),
+    "GCE": (GCE, {}),
+    "Backward-true": (Backward, {"transition": True, "schedule": {"warmup_epochs": 0}}),
+    "Peer": (Peer, {"peer_alpha": 0.5}),
 }
 
 
@@ -101,7 +114,7 @@ def test_compiled_step_equals_eager_step(name: str, backend: str) -> None:
     compiled.speed.backend = backend
     for model in (eager, compiled):
         model.resolve_acceleration(CPU)
-        if cls is Forward and kwargs["transition"] is True:
+        if kwargs.get("transition") is True:
             model.store_transition(DIGITS_T)
     assert eager.speed.mode is None and compiled.speed.mode == "default"
     stages = ["warmup", "main"] if compiled.has_warmup_stage else ["main"]

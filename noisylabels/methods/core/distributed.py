@@ -84,3 +84,34 @@ def own_part(global_values: Tensor, n: int) -> Tensor:
     size, rank = world()
     shaped = global_values.reshape(*global_values.shape[:-1], -1, size)
     return shaped[..., :n, rank]
+
+
+class _SumOverProcesses(torch.autograd.Function):
+    """Sum over processes whose exact backward is the sum of the incoming gradients over
+    processes (each process's result feeds its own objective)."""
+
+    @staticmethod
+    def forward(ctx: object, tensor: Tensor) -> Tensor:
+        out = tensor.detach().clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    @staticmethod
+    def backward(ctx: object, grad: Tensor) -> Tensor:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad
+
+
+def gather_rows(values: Tensor, capacity: int) -> Tensor:
+    """The rows of the step's global batch from every process's own ``(n, ...)`` rows, with
+    gradient: a ``(W · capacity, ...)`` tensor in the order of :func:`gather_batch` (process
+    ``r``'s row ``j`` at ``j · W + r``, zero rows as padding). A row used by another process's
+    objective sends its gradient back to the process that owns it; with one process, the rows
+    padded to ``capacity``."""
+    size, rank = world()
+    n = values.shape[0]
+    positions = torch.arange(n, device=values.device) * size + rank
+    padded = values.new_zeros(size * capacity, *values.shape[1:])
+    padded = padded.index_copy(0, positions, values)
+    return _SumOverProcesses.apply(padded) if size > 1 else padded
