@@ -84,3 +84,22 @@ def own_part(global_values: Tensor, n: int) -> Tensor:
     size, rank = world()
     shaped = global_values.reshape(*global_values.shape[:-1], -1, size)
     return shaped[..., :n, rank]
+
+
+def gather_rows(index: Tensor, rows: Tensor, capacity: int | None) -> tuple[Tensor, Tensor]:
+    """The rows of a per-sample table that every process updated in this step, on every process:
+    ``(indices, rows)`` of all processes' samples (``(W · capacity,)`` and ``(W · capacity, K)``,
+    in the global batch's order), with padding given the index ``-1``. Without DDP: ``index`` and
+    ``rows`` themselves.
+
+    Each process updates the rows of its own samples (ELR's targets); writing every process's rows
+    keeps the table identical on all of them, and equal to one process's table after the same
+    global batch. The values travel as float64 beside their indices (exact for float32 rows and
+    for indices below 2**53), with fixed sizes, so without host synchronization.
+    """
+    if world()[0] == 1:
+        return index, rows
+    values = torch.cat([index[:, None].double(), rows.double()], dim=1).T  # (1 + K, n)
+    gathered, valid = gather_batch(values.contiguous(), capacity)
+    indices = torch.where(valid, gathered[0].long(), -1)
+    return indices, gathered[1:].T.to(rows.dtype)
