@@ -22,6 +22,7 @@ from noisylabels.methods.core import (
 )
 from noisylabels.methods.coteaching import CoTeaching
 from noisylabels.methods.decoupling import Decoupling
+from noisylabels.methods.elr import ELR
 from noisylabels.methods.forward import Forward
 from noisylabels.methods.mentornet import MentorNet
 from noisylabels.methods.ptd import PTD
@@ -35,6 +36,7 @@ __all__ = [
     "CE",
     "CoTeaching",
     "Decoupling",
+    "ELR",
     "EpochStatistics",
     "Forward",
     "MentorNet",

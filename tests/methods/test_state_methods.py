@@ -1,0 +1,98 @@
+"""The methods with per-sample state (ELR's targets, SOP's u and v, CORES²'s class prior): one
+training step's per-sample losses and VRNL objective on fixed inputs equal the papers' formulas,
+computed here independently; the state moves as the references move it and survives a
+checkpoint."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from noisylabels.methods import ELR
+
+C, N = 4, 10
+ALPHA = 0.1
+
+
+def batch_of(index: list[int], labels: list[int], seed: int = 0) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        "image": torch.randn(len(index), 1, 2, 2, generator=generator),
+        "label": torch.tensor(labels),
+        "index": torch.tensor(index),
+        "clean_label": torch.tensor(labels),
+    }
+
+
+def vrnl(losses: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``mean(l) - alpha · Var(l)``, population variance (VRNL paper, Eq. 1)."""
+    mean = losses.sum() / len(losses)
+    return mean - alpha * ((losses - mean) ** 2).sum() / len(losses)
+
+
+# ---------------------------------------------------------------------------------- ELR
+def elr(**kwargs) -> ELR:
+    torch.manual_seed(0)
+    model = ELR(backbone="mlp", num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs)
+    model.init_targets(N)
+    return model
+
+
+def test_elr_step_is_the_papers_loss_with_the_updated_targets() -> None:
+    beta, lam = 0.7, 3.0
+    model = elr(beta=beta, lam=lam)
+    batch = batch_of([3, 7, 1], [0, 2, 3])
+    previous = torch.rand(N + 1, C)
+    model.targets = previous.clone()
+    logits = model(batch["image"]).detach()
+    objective = model.training_objective(batch)
+
+    p = torch.softmax(logits, 1).clamp(1e-4, 1 - 1e-4)
+    t = beta * previous[[3, 7, 1]] + (1 - beta) * p / p.sum(1, keepdim=True)
+    ce = -torch.log_softmax(logits, 1)[torch.arange(3), batch["label"]]
+    expected = ce + lam * torch.log(1 - (t * p).sum(1))
+    [step] = model._steps
+    torch.testing.assert_close(step.losses, expected)
+    torch.testing.assert_close(objective, vrnl(expected, ALPHA))
+    # the batch's rows moved, every other row stayed
+    torch.testing.assert_close(model.targets[[3, 7, 1]], t)
+    others = [i for i in range(N) if i not in (3, 7, 1)]
+    assert torch.equal(model.targets[others], previous[others])
+
+
+def test_elr_targets_start_at_zero_and_follow_the_predictions() -> None:
+    """From t = 0 the first step's target is (1 - beta) p (normalized), so the regularizer is
+    log(1 - (1 - beta)|p|²); a second step averages again."""
+    beta = 0.9
+    model = elr(beta=beta)
+    batch = batch_of([0, 1], [1, 1])
+    model.training_objective(batch)
+    with torch.no_grad():
+        p = torch.softmax(model(batch["image"]), 1).clamp(1e-4, 1 - 1e-4)
+    first = (1 - beta) * p / p.sum(1, keepdim=True)
+    torch.testing.assert_close(model.targets[:2], first)
+    model.training_objective(batch)
+    torch.testing.assert_close(model.targets[:2], beta * first + (1 - beta) * first / (1 - beta))
+
+
+def test_elr_warmup_and_validation_are_plain_cross_entropy() -> None:
+    model = elr(schedule={"warmup_epochs": 1})
+    batch = batch_of([2, 5], [0, 3])
+    before = model.targets.clone()
+    model.training_objective(batch)
+    assert torch.equal(model.targets, before)  # the warm-up leaves the targets alone
+    logits = model(batch["image"])
+    ce = F.cross_entropy(logits, batch["label"], reduction="none")
+    torch.testing.assert_close(model.per_sample_loss(logits, batch), ce)
+
+
+def test_elr_targets_are_in_the_state_dict_and_come_back() -> None:
+    model = elr()
+    model.targets = torch.rand(N + 1, C)
+    state = model.state_dict()
+    assert torch.equal(state["elr_targets"], model.targets[:-1])
+    other = elr()
+    other.load_state_dict(state)
+    assert torch.equal(other.targets[:-1], model.targets[:-1])
+    assert other.targets.shape == (N + 1, C)
+
