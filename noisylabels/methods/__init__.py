@@ -28,6 +28,7 @@ from noisylabels.methods.mentornet import MentorNet
 from noisylabels.methods.ptd import PTD
 from noisylabels.methods.reweight import Reweight
 from noisylabels.methods.selection import SmallLossMethod, TwoNetworkMethod
+from noisylabels.methods.sop import SOP
 from noisylabels.methods.transition import TransitionMethod
 from noisylabels.methods.trevision import TRevision
 from noisylabels.methods.volminnet import VolMinNet
@@ -45,6 +46,7 @@ __all__ = [
     "PTD",
     "Reweight",
     "SmallLossMethod",
+    "SOP",
     "SpeedOptions",
     "StageSchedule",
     "StepOutput",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from noisylabels.methods import ELR
+from noisylabels.methods import ELR, SOP
 
 C, N = 4, 10
 ALPHA = 0.1
@@ -96,3 +96,70 @@ def test_elr_targets_are_in_the_state_dict_and_come_back() -> None:
     assert torch.equal(other.targets[:-1], model.targets[:-1])
     assert other.targets.shape == (N + 1, C)
 
+
+# ---------------------------------------------------------------------------------- SOP
+def sop(**kwargs) -> SOP:
+    torch.manual_seed(0)
+    model = SOP(backbone="mlp", num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs)
+    model.init_parameters(N)
+    return model
+
+
+def test_sop_step_is_the_references_loss_of_u_and_v() -> None:
+    """l_i = -<y, log q> + ||onehot(argmax z) + U - V - y||², q the prediction plus U - V
+    floored, L1-normalized and clamped; the objective is VRNL's of these l_i."""
+    model = sop()
+    with torch.no_grad():
+        model.u.copy_(torch.rand(N, 1))
+        model.v.copy_(torch.rand(N, C) * 0.8)
+    index, labels = [4, 0, 9], [1, 3, 1]
+    batch = batch_of(index, labels)
+    logits = model(batch["image"]).detach()
+    objective = model.training_objective(batch)
+
+    eps = 1e-4
+    y = torch.eye(C)[labels]
+    U = (model.u.detach()[index] ** 2 * y).clamp(0, 1)
+    V = (model.v.detach()[index] ** 2 * (1 - y)).clamp(0, 1)
+    q = (torch.softmax(logits, 1) + U - V).clamp(min=eps)
+    q = (q / q.sum(1, keepdim=True).clamp(min=eps)).clamp(eps, 1)
+    hard = torch.eye(C)[logits.argmax(1)]
+    expected = -(y * q.log()).sum(1) + ((hard + U - V - y) ** 2).sum(1)
+    [step] = model._steps
+    torch.testing.assert_close(step.losses, expected)
+    torch.testing.assert_close(objective, vrnl(expected, ALPHA))
+    # at alpha 0 the batch mean is the reference's loss: mean CE of q + MSE summed / batch
+    model.alpha = 0.0
+    mse = F.mse_loss(hard + U - V, y, reduction="sum") / len(labels)
+    ce = torch.mean(-torch.sum(y * torch.log(q), dim=-1))
+    torch.testing.assert_close(model.training_objective(batch), ce + mse)
+
+
+def test_sop_moves_only_the_batchs_u_and_v_at_their_own_rates() -> None:
+    """One SGD step of u (lr_u) and v (lr_v): the batch's rows move, the others keep their
+    values; v learns through the squared term only (q sees V without gradient)."""
+    model = sop(lr_u=1.0, lr_v=10.0)
+    with torch.no_grad():
+        model.u.fill_(0.5)
+        model.v.fill_(0.3)
+    batch = batch_of([2, 6], [0, 1])
+    model.training_objective(batch).backward()
+    _, opt_uv = model.configure_optimizers()[0]
+    grad_u, grad_v = model.u.grad.clone(), model.v.grad.clone()
+    before_u, before_v = model.u.detach().clone(), model.v.detach().clone()
+    opt_uv.step()
+    others = [i for i in range(N) if i not in (2, 6)]
+    assert torch.equal(model.u[others], before_u[others])
+    assert torch.equal(model.v[others], before_v[others])
+    torch.testing.assert_close(model.u.detach(), before_u - 1.0 * grad_u)
+    torch.testing.assert_close(model.v.detach(), before_v - 10.0 * grad_v)
+    assert grad_u[[2, 6]].abs().sum() > 0 and grad_v[[2, 6]].abs().sum() > 0
+
+
+def test_sop_u_and_v_are_parameters_of_the_checkpoint_shape() -> None:
+    model = sop()
+    state = model.state_dict()
+    assert state["u"].shape == (N, 1) and state["v"].shape == (N, C)
+    other = SOP(backbone="mlp", num_classes=C, input_shape=(1, 2, 2))  # made outside a run
+    other.load_state_dict(state)
+    assert torch.equal(other.v, model.v) and torch.equal(other.u, model.u)
