@@ -108,7 +108,11 @@ def test_linear_decay_and_beta1_as_coteaching() -> None:
 
 def test_bad_schedule_options() -> None:
     with pytest.raises(ValueError, match="lr_schedule"):
-        StageSchedule(lr_schedule="cosine")
+        StageSchedule(lr_schedule="exponential")
+    with pytest.raises(ValueError, match="cosine_period"):
+        StageSchedule(lr_schedule="cosine", cosine_period=0)
+    with pytest.raises(ValueError, match="min_lr"):
+        StageSchedule(min_lr=-1.0)
     with pytest.raises(ValueError, match="decay_beta1"):
         StageSchedule(decay_beta1=1.5)
     with pytest.raises(ValueError, match="revision_epochs"):
