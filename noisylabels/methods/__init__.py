@@ -20,6 +20,7 @@ from noisylabels.methods.core import (
     registry,
     vrnl_objective,
 )
+from noisylabels.methods.cores import CORES
 from noisylabels.methods.coteaching import CoTeaching
 from noisylabels.methods.decoupling import Decoupling
 from noisylabels.methods.elr import ELR
@@ -35,6 +36,7 @@ from noisylabels.methods.volminnet import VolMinNet
 
 __all__ = [
     "CE",
+    "CORES",
     "CoTeaching",
     "Decoupling",
     "ELR",

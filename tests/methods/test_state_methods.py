@@ -5,10 +5,11 @@ checkpoint."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
-from noisylabels.methods import ELR, SOP
+from noisylabels.methods import CORES, ELR, SOP
 
 C, N = 4, 10
 ALPHA = 0.1
@@ -163,3 +164,71 @@ def test_sop_u_and_v_are_parameters_of_the_checkpoint_shape() -> None:
     other = SOP(backbone="mlp", num_classes=C, input_shape=(1, 2, 2))  # made outside a run
     other.load_state_dict(state)
     assert torch.equal(other.v, model.v) and torch.equal(other.u, model.u)
+
+
+# -------------------------------------------------------------------------------- CORES²
+def cores(**kwargs) -> CORES:
+    torch.manual_seed(0)
+    return CORES(backbone="mlp", num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs)
+
+
+class _Trainer:
+    """What CORES² reads of a trainer outside a run: the epoch and a sum over processes."""
+
+    def __init__(self, epoch: int) -> None:
+        self.current_epoch, self.fast_dev_run, self.max_epochs = epoch, False, 100
+        self.strategy = type("S", (), {"reduce": staticmethod(lambda t, reduce_op: t)})()
+
+
+def at_epoch(model: CORES, epoch: int) -> CORES:
+    model._trainer = _Trainer(epoch)
+    model.beta_now.fill_(model.beta_at(model.stage_epoch()))
+    return model
+
+
+def test_cores_beta_follows_the_references_plan_and_divides_the_lr() -> None:
+    """β: 10 epochs of 0, then linspace(0, 2, 30), then 2; lr / (1 + β)."""
+    model = cores()
+    plan = [0.0] * 10 + torch.linspace(0, 2, 30).tolist() + [2.0] * 60
+    assert [model.beta_at(t) for t in range(100)] == pytest.approx(plan, abs=1e-6)
+    model._trainer = _Trainer(0)
+    assert model.lr_factor(25) == pytest.approx(1 / (1 + plan[25]))
+
+
+def test_cores_step_is_the_confidence_regularized_loss_over_the_sieved_samples() -> None:
+    """l_i = CE_i - β Σ_j P_j (-log(p_ij + 1e-8)); kept: CE_i - mean_j(-log(p_ij + 1e-8)) <= 0;
+    the objective is VRNL's over the kept samples; the dropped ones count per noisy class."""
+    model = at_epoch(cores(sieve_epoch=0, beta_start=0, beta_ramp_epochs=1, beta=1.5), 5)
+    prior = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    model.prior.copy_(prior)
+    labels = [0, 1, 2, 3, 0, 1, 2, 3]
+    batch = batch_of(list(range(8)), labels, seed=3)
+    logits = model(batch["image"]).detach()
+    objective = model.training_objective(batch)
+
+    p = torch.softmax(logits, 1)
+    ce = -torch.log_softmax(logits, 1)[torch.arange(8), batch["label"]]
+    expected = ce - 1.5 * (prior * -torch.log(p + 1e-8)).sum(1)
+    kept = ce - (-torch.log(p + 1e-8)).mean(1) <= 0
+    assert 0 < int(kept.sum()) < 8  # the sieve keeps some, drops some
+    [step] = model._steps
+    torch.testing.assert_close(step.losses, expected)
+    assert torch.equal(step.used, kept)
+    torch.testing.assert_close(objective, vrnl(expected[kept], ALPHA))
+    dropped = torch.bincount(batch["label"][~kept], minlength=C).float()
+    assert torch.equal(model.dropped, dropped)
+
+
+def test_cores_keeps_every_sample_before_the_sieve_epoch_and_revises_the_prior() -> None:
+    model = at_epoch(cores(), 30)  # the reference's epoch 30 is the last unsieved one
+    batch = batch_of(list(range(6)), [0, 1, 2, 3, 0, 1])
+    model.training_objective(batch)
+    assert model._steps[0].used is None and model.dropped.sum() == 0
+    # after an epoch: P = (P0 · n - dropped) / sum
+    model.initial_prior.copy_(torch.tensor([0.25, 0.25, 0.25, 0.25]))
+    model.num_train.fill_(100.0)
+    model.dropped = torch.tensor([5.0, 0.0, 10.0, 0.0])
+    model.log = lambda *args, **kwargs: None
+    model.epoch_stats.compute = lambda reduce: {}
+    model.on_train_epoch_end()
+    torch.testing.assert_close(model.prior, torch.tensor([20.0, 25.0, 15.0, 25.0]) / 85.0)
