@@ -1,10 +1,14 @@
-"""CORES²'s state with its sieve at work: the class prior, revised after every epoch by the
-samples the sieve dropped, is the one-process prior under DDP (the per-class counts summed over
-the processes) and is restored exactly on resume.
+"""The per-sample state of ELR (its targets), SOP (u and v) and CORES² (the class prior its
+sieve revises) under DDP is the state of one process with the global batch: each process
+updates its own samples, and the table, the parameters' gradients or the sieve's counts are
+combined over the processes. And CORES²'s prior, with its sieve at work, is restored exactly on
+resume.
 
-The registry-driven tests (test_ddp_methods, test_resume_methods) run CORES² with its
-reference schedule, whose sieve starts only at epoch 31; here it sieves from the first epoch of
-its stage, with β rising over two epochs.
+The registry-driven tests (test_ddp_methods, test_resume_methods) compare results and, on
+resume, the whole state; they run CORES² with its reference schedule, whose sieve starts only at
+epoch 31. Here it sieves from the first epoch of its stage, with β rising over two epochs, and
+the DDP runs' final state is compared with the one-process run's (close, not bitwise: DDP
+averages two half-batch gradients where one process sums the whole batch).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import warnings
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -26,12 +31,17 @@ from test_resume_methods import fit_args as resume_args
 from conftest import CONFIGS, read_results
 
 SIEVE = ["--model.sieve_epoch", "0", "--model.beta_start", "0", "--model.beta_ramp_epochs", "2"]
+CASES = {  # method: (its options, the state compared)
+    "CORES": (SIEVE, ("prior",)),
+    "ELR": ([], ("elr_targets",)),
+    "SOP": ([], ("u", "v")),
+}
 
 
-def ddp_args(alpha: float) -> list[str]:
+def ddp_args(name: str, alpha: float = 0.05) -> list[str]:
     return [
         *("fit", "--config", str(CONFIGS / "data" / "digits.yaml")),
-        *("--model", "noisylabels.methods.CORES", "--model.alpha", str(alpha), *SIEVE),
+        *("--model", f"noisylabels.methods.{name}", "--model.alpha", str(alpha), *CASES[name][0]),
         *("--model.schedule.warmup_epochs", "1", "--trainer.max_epochs", "4"),
         *("--model.optim.lr", "0.1", "--model.optim.momentum", "0.9"),
         *("--trainer.accelerator", "cpu", "--data.noise_rate", "0.3"),
@@ -40,7 +50,7 @@ def ddp_args(alpha: float) -> list[str]:
     ]
 
 
-def _worker(rank: int, port: int, root: str) -> None:
+def _worker(rank: int, port: int, root: str, name: str) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK="0", LOCAL_RANK=str(rank)
     )
@@ -57,7 +67,7 @@ def _worker(rank: int, port: int, root: str) -> None:
     from noisylabels.cli import run
 
     folder = Path(root)
-    args = ddp_args(0.05) + ["--config", str(CONFIGS / "trainer" / "ddp_cpu.yaml")]
+    args = ddp_args(name) + ["--config", str(CONFIGS / "trainer" / "ddp_cpu.yaml")]
     args += ["--data.batch_size", str(GLOBAL_BATCH // WORLD), "--trainer.default_root_dir", root]
     try:
         run(args)
@@ -66,13 +76,14 @@ def _worker(rank: int, port: int, root: str) -> None:
         (folder / f"error-rank{rank}.txt").write_text(traceback.format_exc())
 
 
-def test_the_sieves_prior_under_ddp_is_the_one_process_prior(run_cli, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_state_under_ddp_is_the_one_process_state(name: str, run_cli, tmp_path: Path) -> None:
     root = tmp_path / "ddp"
-    mp.spawn(_worker, args=(_free_port(), str(root)), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(_free_port(), str(root), name), nprocs=WORLD, join=True)
     errors = sorted(root.glob("error-rank*.txt"))
     assert not errors, "\n".join(p.read_text()[-3000:] for p in errors)
     run_cli(
-        *ddp_args(0.05),
+        *ddp_args(name),
         *("--data.batch_size", str(GLOBAL_BATCH), "--trainer.devices", "1"),
         root=tmp_path / "one",
     )
@@ -81,13 +92,17 @@ def test_the_sieves_prior_under_ddp_is_the_one_process_prior(run_cli, tmp_path: 
         assert ddp[key] == one[key], key
     for key in CLOSE:
         assert abs(ddp[key] - one[key]) <= ACC_TOLERANCE, key
-    prior = [
-        torch.load(last_checkpoint(r), weights_only=True)["state_dict"]["prior"]
+    states = [
+        torch.load(last_checkpoint(r), weights_only=True)["state_dict"]
         for r in (root, tmp_path / "one")
     ]
-    initial = torch.load(last_checkpoint(root), weights_only=True)["state_dict"]["initial_prior"]
-    assert not torch.allclose(prior[1], initial)  # the sieve dropped samples
-    torch.testing.assert_close(prior[0], prior[1], atol=1e-3, rtol=0)
+    for key in CASES[name][1]:
+        torch.testing.assert_close(states[0][key], states[1][key], atol=1e-4, rtol=1e-3)
+    if name == "CORES":  # the sieve dropped samples
+        assert not torch.allclose(states[1]["prior"], states[1]["initial_prior"])
+    if name == "ELR":  # process 0 holds the target of every training sample, its own or not
+        moved = states[0]["elr_targets"].sum(1) > 0
+        assert int(moved.sum()) == ddp["data"]["sizes"]["train"]
 
 
 def test_a_resumed_run_continues_with_the_sieves_prior(run_cli, tmp_path: Path) -> None:
