@@ -21,8 +21,10 @@ from noisylabels.methods.core import (
     registry,
     vrnl_objective,
 )
+from noisylabels.methods.cores import CORES
 from noisylabels.methods.coteaching import CoTeaching
 from noisylabels.methods.decoupling import Decoupling
+from noisylabels.methods.elr import ELR
 from noisylabels.methods.forward import Forward
 from noisylabels.methods.gce import GCE
 from noisylabels.methods.mentornet import MentorNet
@@ -30,6 +32,7 @@ from noisylabels.methods.peer import Peer
 from noisylabels.methods.ptd import PTD
 from noisylabels.methods.reweight import Reweight
 from noisylabels.methods.selection import SmallLossMethod, TwoNetworkMethod
+from noisylabels.methods.sop import SOP
 from noisylabels.methods.transition import TransitionMethod
 from noisylabels.methods.trevision import TRevision
 from noisylabels.methods.volminnet import VolMinNet
@@ -37,8 +40,10 @@ from noisylabels.methods.volminnet import VolMinNet
 __all__ = [
     "Backward",
     "CE",
+    "CORES",
     "CoTeaching",
     "Decoupling",
+    "ELR",
     "EpochStatistics",
     "Forward",
     "GCE",
@@ -49,6 +54,7 @@ __all__ = [
     "Peer",
     "Reweight",
     "SmallLossMethod",
+    "SOP",
     "SpeedOptions",
     "StageSchedule",
     "StepOutput",

@@ -12,10 +12,11 @@ Peers are drawn within the step's batch: ``p1`` and ``p2`` are two independent r
 permutations of the batch (each sample is once a peer output and once a peer label), from a
 generator seeded by the run's seed and the step, so a resumed run draws the same peers. Under
 DDP with the global variance scope the batch is the global one (every process's logits, with
-gradient, and labels; :func:`~noisylabels.methods.core.distributed.gather_rows`), so a step
-draws the peers one process with the global batch draws. The reference draws peer outputs and
-peer labels from two further batches of a separate shuffled loader over the training set; the
-batch is such a sample too, at no extra forward pass.
+gradient, and labels;
+:func:`~noisylabels.methods.core.distributed.gather_rows_with_grad`), so a step draws the
+peers one process with the global batch draws. The reference draws peer outputs and peer labels
+from two further batches of a separate shuffled loader over the training set; the batch is such
+a sample too, at no extra forward pass.
 
 ``α_peer`` is constant (``peer_alpha``), or follows the reference's per-epoch plan
 (``peer_alpha_segments``: pieces ``(epochs, first, last)`` of a piecewise-linear schedule,
@@ -38,7 +39,7 @@ from torch import Tensor
 
 from noisylabels.errors import InputError
 from noisylabels.methods.core.base import NoisyLabelMethod
-from noisylabels.methods.core.distributed import gather_batch, gather_rows, world
+from noisylabels.methods.core.distributed import gather_batch, gather_rows_with_grad, world
 
 EPS = 1e-5
 """Added to the softmax inside both cross-entropies (the reference's "stable" cross-entropy): it
@@ -125,7 +126,7 @@ class Peer(NoisyLabelMethod):
         capacity = n if facts is None or facts.batch_size is None else int(facts.batch_size)
         capacity = max(capacity, n)
         if size > 1:
-            all_logits = gather_rows(logits, capacity)
+            all_logits = gather_rows_with_grad(logits, capacity)
             all_labels, valid = gather_batch(labels.float()[None], capacity)
             all_labels = all_labels[0].long()
         else:

@@ -40,7 +40,7 @@ MOVED: dict[str, str] = {
     **{f"model.{name}": f"model.speed.{name}" for name in SPEED},
 }
 """Every method option that moved into a group: old name -> new name (flat, dotted)."""
-NEW = ("model.schedule.main_epochs",)
+NEW = ("model.schedule.main_epochs", "model.schedule.cosine_period", "model.schedule.min_lr")
 """Options that did not exist before the move (their effect is checked through the epochs)."""
 # not what a run computes: where it logs and what the terminal shows
 SKIPPED = (
@@ -218,5 +218,26 @@ def write(content: Mapping[str, Mapping[str, Any]]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
-if __name__ == "__main__":  # writes the record; run once, before the options moved
-    RECORD.write_text(write(record()))
+def add_new() -> list[str]:
+    """Add the shipped configs the record does not have yet (a new preset, group or protocol),
+    each by its values that differ from the common ones; recorded entries stay as they are.
+    Returns the names added."""
+    content = json.loads(RECORD.read_text())
+    common = content["common"][""]
+    resolve = Resolver()
+    added = []
+    for name, files in shipped_configs().items():
+        if name in content["configs"]:
+            continue
+        values = as_old(resolve(files))
+        lacking = sorted(set(common) - set(values))
+        assert not lacking, f"{name} lacks the common values {lacking}"
+        own = {k: v for k, v in values.items() if k not in common or common[k] != v}
+        content["configs"][name] = own
+        added.append(name)
+    RECORD.write_text(write(content))
+    return added
+
+
+if __name__ == "__main__":  # python tests/e2e/resolved.py: records the configs added since
+    print("\n".join(add_new()))

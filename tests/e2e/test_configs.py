@@ -37,7 +37,8 @@ def resolve(capsys: pytest.CaptureFixture, *configs: Path | str, args: tuple = (
 def test_presets_compose_their_data_and_method_group() -> None:
     """``<dataset>_<method>.yaml`` composes ``data/<dataset>.yaml``, ``method/<method>.yaml`` and at
     most protocol files, and holds few settings of its own."""
-    assert len(PRESETS) == 4 * 17
+    methods = {p.stem.partition("_")[2] for p in PRESETS}
+    assert len(methods) >= 14 and len(PRESETS) == 4 * len(methods)  # each on every dataset
     for preset in PRESETS:
         dataset, _, method = preset.stem.partition("_")
         content = yaml.safe_load(preset.read_text())
@@ -269,8 +270,13 @@ def protocol_row(config: dict[str, Any]) -> dict[str, str]:
     epochs = [str(e) for e in epochs if e] if len(epochs) > 1 else [str(stages)]
     if schedule["lr_schedule"] == "linear":
         lr_schedule = f"linear from {schedule['decay_start']}, β1 {schedule['decay_beta1']}"
+    elif schedule["lr_schedule"] == "cosine":
+        period = schedule["cosine_period"]
+        lr_schedule = "cosine" + (f", restart every {period}" if period else "")
+        lr_schedule += f", to {_number(schedule['min_lr'])}"
     elif schedule["milestones"]:
-        lr_schedule = "÷10 at " + ", ".join(str(m) for m in schedule["milestones"])
+        divisor = f"÷{1 / schedule['lr_gamma']:.4g} at "
+        lr_schedule = divisor + ", ".join(str(m) for m in schedule["milestones"])
         if schedule["warmup_milestones"]:
             warm = ", ".join(str(m) for m in schedule["warmup_milestones"])
             lr_schedule = f"warm-up ÷10 at {warm}; {lr_schedule}"

@@ -149,58 +149,6 @@ def test_reweight_killed_across_warmup_and_estimation(
     assert next(root.rglob("transition_estimate.csv")).read_text() == straight_t
 
 
-def method_args(name: str) -> list[str]:
-    """A 3-epoch run of method ``name`` on the digits with VRNL and dropout: one warm-up epoch
-    (T estimated after it where the method corrects with one; τ where it selects samples), then
-    its own stage (with a revision epoch where it has one)."""
-    from noisylabels.methods import NoisyLabelMethod, SmallLossMethod, TransitionMethod, registry
-
-    cls = registry()[name]
-    args = [
-        *("--config", str(CONFIGS / "data" / "digits.yaml")),
-        *("--model", f"noisylabels.methods.{name}", "--model.alpha", "0.05"),
-        *("--model.backbone_kwargs", "{hidden: [64], dropout: 0.2}"),
-        *("--model.schedule.warmup_epochs", "1", "--trainer.max_epochs", "3"),
-        *("--data.noise_rate", "0.3", "--trainer.limit_train_batches", "8"),
-        *("--trainer.accelerator", "cpu", "--trainer.enable_model_summary", "false"),
-    ]
-    if issubclass(cls, TransitionMethod):
-        args += ["--model.transition", "estimate"]
-    if issubclass(cls, SmallLossMethod):
-        args += ["--model.forget_rate", "estimate", "--model.ramp_epochs", "1"]
-    if cls.on_revision_start is not NoisyLabelMethod.on_revision_start:
-        args += ["--model.schedule.revision_epochs", "1"]
-    return args
-
-
-def _method_cases() -> list:
-    from noisylabels.methods import registry
-
-    default = {"Peer"}  # its peers are drawn from the seed and the step
-    return [
-        pytest.param(name, marks=() if name in default else (pytest.mark.slow,), id=name)
-        for name in registry()
-    ]
-
-
-@pytest.mark.parametrize("name", _method_cases())
-def test_every_method_killed_after_its_stage_change_resumes_to_the_same_run(
-    name: str, run_cli, tmp_path: Path
-) -> None:
-    """Every method of the registry (with VRNL), killed in the middle of its own stage's second
-    epoch, resumes with ``--ckpt_path last`` to the uninterrupted run, bit for bit: what a
-    method keeps between steps (T̂, τ, pruning weights, the peers' draws) is in its checkpoint
-    or follows from the step."""
-    args = method_args(name)
-    run_cli("fit", *args, root=tmp_path / "straight")
-    root = tmp_path / "killed"
-    killed = run_cli_process(root, *args, interrupt=(2, 3, signal.SIGKILL))
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    run_cli("fit", *args, "--ckpt_path", "last", root=root)
-    resumed = assert_same_run(tmp_path / "straight", root)
-    assert resumed["resumed"][0]["epochs_done"] == 2
-
-
 @pytest.mark.slow
 def test_sigterm_keeps_last_checkpoint_exits_nonzero_and_resumes(tmp_path: Path) -> None:
     """SIGTERM (a batch scheduler's stop): one paragraph, exit status 143, no results.json, the

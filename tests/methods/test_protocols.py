@@ -19,10 +19,12 @@ from conftest import CONFIGS, read_results
 SHAPE = (1, 8, 8)
 
 
-def _lrs(schedule: StageSchedule, warmup: int, end: int, epochs: int, adam: bool = False):
+def _lrs(
+    schedule: StageSchedule, warmup: int, end: int, epochs: int, adam: bool = False, factor=None
+):
     param = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.Adam([param], lr=1.0) if adam else torch.optim.SGD([param], lr=1.0)
-    scheduler = StagedLR(opt, schedule, warmup, end)
+    scheduler = StagedLR(opt, schedule, warmup, end, factor)
     seen = []
     for _ in range(epochs):
         group = opt.param_groups[0]
@@ -48,6 +50,45 @@ def test_multistep_equals_torch_multistep_lr() -> None:
     assert ours == theirs
 
 
+def _torch_rates(make, epochs: int) -> list[float]:
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=1.0)
+    scheduler = make(opt)
+    rates = []
+    for _ in range(epochs):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        scheduler.step()
+    return rates
+
+
+def test_cosine_equals_torch_cosine_annealing_with_and_without_restarts() -> None:
+    """ELR's CIFAR-10 plan (CosineAnnealingWarmRestarts, T_0 10) and SOP's (CosineAnnealingLR
+    over the run), after a warm-up of 2 constant epochs."""
+    restarts = StageSchedule(lr_schedule="cosine", cosine_period=4, min_lr=0.1)
+    ours = [lr for lr, _ in _lrs(restarts, 2, 12, 12)]
+    theirs = _torch_rates(
+        lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, 4, eta_min=0.1), 10
+    )
+    assert ours[:2] == [1.0, 1.0]
+    assert ours[2:] == pytest.approx(theirs, abs=1e-12)
+    whole = StageSchedule(lr_schedule="cosine", min_lr=0.01)
+    ours = [lr for lr, _ in _lrs(whole, 0, 8, 8)]
+    theirs = _torch_rates(
+        lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 8, eta_min=0.01), 8
+    )
+    assert ours == pytest.approx(theirs, abs=1e-12)
+
+
+def test_a_methods_lr_factor_scales_every_epochs_rate() -> None:
+    """CORES²'s lr / (1 + β_t) on top of a milestone: each epoch's rate is the schedule's times
+    the factor of that epoch."""
+    schedule = StageSchedule(milestones=(3,), lr_gamma=0.1)
+    factors = [1.0, 1.0, 0.5, 0.25, 0.25, 0.5, 0.5]
+    lrs = [lr for lr, _ in _lrs(schedule, 0, 6, 6, factor=lambda e: factors[e])]
+    assert lrs == pytest.approx([1.0, 1.0, 0.5, 0.025, 0.025, 0.05], abs=1e-12)
+
+
 def test_warmup_milestones_then_the_stage_starts_at_lr() -> None:
     """Dual-T: ÷10 after 2 warm-up epochs, back to lr when the corrected stage starts, then its
     own milestones."""
@@ -67,7 +108,11 @@ def test_linear_decay_and_beta1_as_coteaching() -> None:
 
 def test_bad_schedule_options() -> None:
     with pytest.raises(ValueError, match="lr_schedule"):
-        StageSchedule(lr_schedule="cosine")
+        StageSchedule(lr_schedule="exponential")
+    with pytest.raises(ValueError, match="cosine_period"):
+        StageSchedule(lr_schedule="cosine", cosine_period=0)
+    with pytest.raises(ValueError, match="min_lr"):
+        StageSchedule(min_lr=-1.0)
     with pytest.raises(ValueError, match="decay_beta1"):
         StageSchedule(decay_beta1=1.5)
     with pytest.raises(ValueError, match="revision_epochs"):

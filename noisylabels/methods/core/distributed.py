@@ -103,7 +103,7 @@ class _SumOverProcesses(torch.autograd.Function):
         return grad
 
 
-def gather_rows(values: Tensor, capacity: int) -> Tensor:
+def gather_rows_with_grad(values: Tensor, capacity: int) -> Tensor:
     """The rows of the step's global batch from every process's own ``(n, ...)`` rows, with
     gradient: a ``(W · capacity, ...)`` tensor in the order of :func:`gather_batch` (process
     ``r``'s row ``j`` at ``j · W + r``, zero rows as padding). A row used by another process's
@@ -115,3 +115,22 @@ def gather_rows(values: Tensor, capacity: int) -> Tensor:
     padded = values.new_zeros(size * capacity, *values.shape[1:])
     padded = padded.index_copy(0, positions, values)
     return _SumOverProcesses.apply(padded) if size > 1 else padded
+
+
+def gather_updates(index: Tensor, rows: Tensor, capacity: int | None) -> tuple[Tensor, Tensor]:
+    """The rows of a per-sample table that every process updated in this step, on every process:
+    ``(indices, rows)`` of all processes' samples (``(W · capacity,)`` and ``(W · capacity, K)``,
+    in the global batch's order), with padding given the index ``-1``. Without DDP: ``index`` and
+    ``rows`` themselves.
+
+    Each process updates the rows of its own samples (ELR's targets); writing every process's rows
+    keeps the table identical on all of them, and equal to one process's table after the same
+    global batch. The values travel as float64 beside their indices (exact for float32 rows and
+    for indices below 2**53), with fixed sizes, so without host synchronization.
+    """
+    if world()[0] == 1:
+        return index, rows
+    values = torch.cat([index[:, None].double(), rows.double()], dim=1).T  # (1 + K, n)
+    gathered, valid = gather_batch(values.contiguous(), capacity)
+    indices = torch.where(valid, gathered[0].long(), -1)
+    return indices, gathered[1:].T.to(rows.dtype)

@@ -153,7 +153,19 @@ class StagedModule(L.LightningModule):
         trainer = self._trainer
         max_epochs = None if trainer is None else trainer.max_epochs
         main_end = self.schedule.revision_start(max_epochs, self.revision_length())
-        return StagedLR(optimizer, self.schedule, self.warmup_length(), main_end or max_epochs)
+        own = type(self).lr_factor is not StagedModule.lr_factor
+        return StagedLR(
+            optimizer,
+            self.schedule,
+            self.warmup_length(),
+            main_end or max_epochs,
+            self.lr_factor if own else None,
+        )
+
+    def lr_factor(self, epoch: int) -> float:
+        """The method's own factor of the learning rate at (absolute) ``epoch``, on top of the
+        schedule's (1: none; CORES² divides the rate by ``1 + β_t``)."""
+        return 1.0
 
     def configure_optimizers(self) -> Any:
         """One optimizer (with its LR schedule) per network; several networks train by manual

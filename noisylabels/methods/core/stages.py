@@ -23,14 +23,17 @@ stage starts from (``warmup_model``, ``main_stage_init``, ``warmup_momentum``; d
 The learning rate (:class:`StagedLR`): constant in the warm-up but for ``warmup_milestones``
 (Dual-T: ÷10 after 50 epochs); back to ``lr`` when the method's stage begins; then either
 ``multistep`` (``milestones``, ×``lr_gamma``, counted from the start of the method's stage or of
-the run) or ``linear`` (Co-teaching: constant until ``decay_start`` epochs into the stage, then
-linearly to 0 at the stage's end, Adam's β1 set to ``decay_beta1`` from there on).
+the run), ``linear`` (Co-teaching: constant until ``decay_start`` epochs into the stage, then
+linearly to 0 at the stage's end, Adam's β1 set to ``decay_beta1`` from there on) or ``cosine``
+(from ``lr`` to ``min_lr`` over the stage, or over every ``cosine_period`` epochs with warm
+restarts: ELR, SOP). A method may scale every epoch's rate by a factor of its own
+(``lr_factor``: CORES² divides it by ``1 + β_t``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +44,7 @@ from noisylabels.errors import InputError
 WARMUP_MODELS = ("last", "best")
 MAIN_STAGE_INITS = ("continue", "reinit", "restart")
 MILESTONES_FROM = ("main", "start")
-LR_SCHEDULES = ("multistep", "linear")
+LR_SCHEDULES = ("multistep", "linear", "cosine")
 REVISION_MODELS = ("best", "last")
 OPTION = "--model.schedule."
 
@@ -72,8 +75,9 @@ class StageSchedule:
             newly initialised network, fresh optimizer state; Patrini's Forward, Dual-T) or
             ``restart`` (the estimation model, fresh optimizer state; T-Revision).
         lr_schedule: the learning rate of the method's own stage: ``multistep``
-            (``milestones``) or ``linear`` (Co-teaching: ``lr`` until ``decay_start``, then
-            linearly to 0 at the stage's end).
+            (``milestones``), ``linear`` (Co-teaching: ``lr`` until ``decay_start``, then
+            linearly to 0 at the stage's end) or ``cosine`` (``min_lr + (lr - min_lr)(1 +
+            cos(π t / P)) / 2`` at epoch ``t`` of the stage; ELR, SOP).
         milestones: MultiStepLR epochs (the paper: 30, 60), counted as ``milestones_from``
             says; the learning rate is multiplied by ``lr_gamma`` at each.
         milestones_from: ``main``: milestones count from the first epoch of the method's own
@@ -81,6 +85,9 @@ class StageSchedule:
         lr_gamma: the factor of every milestone (the paper: 0.1).
         decay_start: ``linear``: epochs into the method's own stage before the decay starts.
         decay_beta1: ``linear``: Adam's β1 from ``decay_start`` on; null: unchanged.
+        cosine_period: ``cosine``: the period ``P`` in epochs, restarting at ``lr`` every
+            ``P`` epochs (ELR's CIFAR-10: 10); null: the method's own stage, without restart.
+        min_lr: ``cosine``: the learning rate the cosine ends at (ELR's CIFAR-10: 1e-3).
         revision_model: what the revision starts from: the ``best`` (noisy-validation accuracy)
             or the ``last`` model of the method's own stage.
     """
@@ -98,6 +105,8 @@ class StageSchedule:
     lr_gamma: float = 0.1
     decay_start: int = 80
     decay_beta1: float | None = None
+    cosine_period: int | None = None
+    min_lr: float = 0.0
     revision_model: str = "best"
 
     def __post_init__(self) -> None:
@@ -122,6 +131,11 @@ class StageSchedule:
             value = getattr(self, name)
             if int(value) < least:
                 raise InputError(f"{OPTION}{name} must be >= {least}, got {value}")
+        if self.cosine_period is not None and int(self.cosine_period) < 1:
+            period = self.cosine_period
+            raise InputError(f"{OPTION}cosine_period must be >= 1 or null, got {period}")
+        if not self.min_lr >= 0:
+            raise InputError(f"{OPTION}min_lr must be >= 0, got {self.min_lr}")
         for name in ("warmup_momentum", "decay_beta1"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
@@ -252,7 +266,8 @@ class StagedLR(torch.optim.lr_scheduler.LRScheduler):
         schedule: the run's :class:`StageSchedule`.
         warmup_length: warm-up epochs of this run (0: none).
         main_end: the epoch after the method's own stage (the revision's first epoch, or
-            ``max_epochs``); needed by ``linear``.
+            ``max_epochs``); needed by ``linear`` and by ``cosine`` without a period.
+        factor: the method's own factor of every epoch's rate (by absolute epoch; none: 1).
     """
 
     def __init__(
@@ -261,10 +276,12 @@ class StagedLR(torch.optim.lr_scheduler.LRScheduler):
         schedule: StageSchedule,
         warmup_length: int,
         main_end: int | None,
+        factor: Callable[[int], float] | None = None,
     ) -> None:
         self.schedule = schedule
         self.warmup_length = warmup_length
         self.main_end = main_end
+        self.factor = factor
         self.base_betas = [group.get("betas") for group in optimizer.param_groups]
         super().__init__(optimizer)
 
@@ -279,15 +296,39 @@ class StagedLR(torch.optim.lr_scheduler.LRScheduler):
             counts[epoch] = counts.get(epoch, 0) + 1
         return counts
 
+    def _factor(self, epoch: int) -> float:
+        return 1.0 if self.factor is None or epoch < 0 else float(self.factor(epoch))
+
     def get_lr(self) -> list[float]:
         epoch, schedule = self.last_epoch, self.schedule
         groups = self.optimizer.param_groups
+        factor = self._factor(epoch)
         if self.warmup_length > 0 and epoch == self.warmup_length:
-            return list(self.base_lrs)  # the method's own stage starts at lr
+            return [lr * factor for lr in self.base_lrs]  # the method's own stage starts at lr
         if schedule.lr_schedule == "linear" and epoch >= self.warmup_length:
-            return self._linear(epoch)
+            return [lr * factor for lr in self._linear(epoch)]
+        if schedule.lr_schedule == "cosine" and epoch >= self.warmup_length:
+            return [lr * factor for lr in self._cosine(epoch)]
         count = self._milestones().get(epoch, 0)
-        return [group["lr"] * schedule.lr_gamma**count for group in groups]
+        if factor != 1.0 or self._factor(epoch - 1) != 1.0:  # the previous epoch's factor out
+            factor /= self._factor(epoch - 1)
+        return [group["lr"] * schedule.lr_gamma**count * factor for group in groups]
+
+    def _cosine(self, epoch: int) -> list[float]:
+        """ELR's and SOP's plan: ``min_lr + (lr - min_lr)(1 + cos(π t / P)) / 2`` at epoch ``t``
+        of the method's stage, ``t`` counted from the last restart where ``cosine_period``
+        gives ``P`` (torch's ``CosineAnnealingWarmRestarts``), else ``P`` the stage's length
+        (``CosineAnnealingLR``)."""
+        t = epoch - self.warmup_length
+        period = self.schedule.cosine_period
+        if period is not None:
+            t, length = t % int(period), int(period)
+        else:
+            end = self.main_end
+            length = max(1, (end if end is not None else epoch + 1) - self.warmup_length)
+        low = float(self.schedule.min_lr)
+        scale = (1.0 + math.cos(math.pi * t / length)) / 2.0
+        return [low + (lr - low) * scale for lr in self.base_lrs]
 
     def _linear(self, epoch: int) -> list[float]:
         """Co-teaching's plan: ``lr`` until ``decay_start`` epochs into the stage, then
@@ -308,5 +349,6 @@ class StagedLR(torch.optim.lr_scheduler.LRScheduler):
         return {
             k: v
             for k, v in self.__dict__.items()
-            if k not in ("optimizer", "schedule", "base_betas", "warmup_length", "main_end")
+            if k
+            not in ("optimizer", "schedule", "base_betas", "warmup_length", "main_end", "factor")
         }

@@ -1,0 +1,119 @@
+"""The per-sample state of ELR (its targets), SOP (u and v) and CORES² (the class prior its
+sieve revises) under DDP is the state of one process with the global batch: each process
+updates its own samples, and the table, the parameters' gradients or the sieve's counts are
+combined over the processes. And CORES²'s prior, with its sieve at work, is restored exactly on
+resume.
+
+The registry-driven tests (test_ddp_methods, test_resume_methods) compare results and, on
+resume, the whole state; they run CORES² with its reference schedule, whose sieve starts only at
+epoch 31. Here it sieves from the first epoch of its stage, with β rising over two epochs, and
+the DDP runs' final state is compared with the one-process run's (close, not bitwise: DDP
+averages two half-batch gradients where one process sums the whole batch).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+import warnings
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from test_ddp_methods import ACC_TOLERANCE, CLOSE, EXACT, GLOBAL_BATCH, WORLD, _free_port
+from test_resume import assert_same_run, last_checkpoint, run_cli_process
+from test_resume_methods import fit_args as resume_args
+
+from conftest import CONFIGS, read_results
+
+SIEVE = ["--model.sieve_epoch", "0", "--model.beta_start", "0", "--model.beta_ramp_epochs", "2"]
+CASES = {  # method: (its options, the state compared)
+    "CORES": (SIEVE, ("prior",)),
+    "ELR": ([], ("elr_targets",)),
+    "SOP": ([], ("u", "v")),
+}
+
+
+def ddp_args(name: str, alpha: float = 0.05) -> list[str]:
+    return [
+        *("fit", "--config", str(CONFIGS / "data" / "digits.yaml")),
+        *("--model", f"noisylabels.methods.{name}", "--model.alpha", str(alpha), *CASES[name][0]),
+        *("--model.schedule.warmup_epochs", "1", "--trainer.max_epochs", "4"),
+        *("--model.optim.lr", "0.1", "--model.optim.momentum", "0.9"),
+        *("--trainer.accelerator", "cpu", "--data.noise_rate", "0.3"),
+        *("--data.eval_batch_size", "100", "--trainer.enable_progress_bar", "false"),
+        "--trainer.enable_model_summary=false",
+    ]
+
+
+def _worker(rank: int, port: int, root: str, name: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK="0", LOCAL_RANK=str(rank)
+    )
+    os.environ.update(WORLD_SIZE=str(WORLD), RANK=str(rank))
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=timedelta(seconds=180),
+    )
+    from noisylabels.cli import run
+
+    folder = Path(root)
+    args = ddp_args(name) + ["--config", str(CONFIGS / "trainer" / "ddp_cpu.yaml")]
+    args += ["--data.batch_size", str(GLOBAL_BATCH // WORLD), "--trainer.default_root_dir", root]
+    try:
+        run(args)
+    except BaseException:  # noqa: BLE001 - recorded for the test
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"error-rank{rank}.txt").write_text(traceback.format_exc())
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_state_under_ddp_is_the_one_process_state(name: str, run_cli, tmp_path: Path) -> None:
+    root = tmp_path / "ddp"
+    mp.spawn(_worker, args=(_free_port(), str(root), name), nprocs=WORLD, join=True)
+    errors = sorted(root.glob("error-rank*.txt"))
+    assert not errors, "\n".join(p.read_text()[-3000:] for p in errors)
+    run_cli(
+        *ddp_args(name),
+        *("--data.batch_size", str(GLOBAL_BATCH), "--trainer.devices", "1"),
+        root=tmp_path / "one",
+    )
+    ddp, one = read_results(root), read_results(tmp_path / "one")
+    for key in EXACT:
+        assert ddp[key] == one[key], key
+    for key in CLOSE:
+        assert abs(ddp[key] - one[key]) <= ACC_TOLERANCE, key
+    states = [
+        torch.load(last_checkpoint(r), weights_only=True)["state_dict"]
+        for r in (root, tmp_path / "one")
+    ]
+    for key in CASES[name][1]:
+        torch.testing.assert_close(states[0][key], states[1][key], atol=1e-4, rtol=1e-3)
+    if name == "CORES":  # the sieve dropped samples
+        assert not torch.allclose(states[1]["prior"], states[1]["initial_prior"])
+    if name == "ELR":  # process 0 holds the target of every training sample, its own or not
+        moved = states[0]["elr_targets"].sum(1) > 0
+        assert int(moved.sum()) == ddp["data"]["sizes"]["train"]
+
+
+def test_a_resumed_run_continues_with_the_sieves_prior(run_cli, tmp_path: Path) -> None:
+    """Killed in the last epoch and resumed: the prior of the epochs before (in last.ckpt), and
+    so every weight, equal the uninterrupted run's."""
+    args = [*resume_args("CORES"), *SIEVE]
+    run_cli("fit", *args, root=tmp_path / "straight")
+    root = tmp_path / "killed"
+    killed = run_cli_process(root, *args, interrupt=(2, 1, signal.SIGKILL))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    run_cli("fit", *args, "--ckpt_path", "last", root=root)
+    assert_same_run(tmp_path / "straight", root)
+    state = torch.load(last_checkpoint(root), weights_only=True)["state_dict"]
+    assert not torch.allclose(state["prior"], state["initial_prior"])

@@ -1,0 +1,234 @@
+"""The methods with per-sample state (ELR's targets, SOP's u and v, CORES²'s class prior): one
+training step's per-sample losses and VRNL objective on fixed inputs equal the papers' formulas,
+computed here independently; the state moves as the references move it and survives a
+checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from noisylabels.methods import CORES, ELR, SOP
+
+C, N = 4, 10
+ALPHA = 0.1
+
+
+def batch_of(index: list[int], labels: list[int], seed: int = 0) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        "image": torch.randn(len(index), 1, 2, 2, generator=generator),
+        "label": torch.tensor(labels),
+        "index": torch.tensor(index),
+        "clean_label": torch.tensor(labels),
+    }
+
+
+def vrnl(losses: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``mean(l) - alpha · Var(l)``, population variance (VRNL paper, Eq. 1)."""
+    mean = losses.sum() / len(losses)
+    return mean - alpha * ((losses - mean) ** 2).sum() / len(losses)
+
+
+# ---------------------------------------------------------------------------------- ELR
+def elr(**kwargs) -> ELR:
+    torch.manual_seed(0)
+    model = ELR(backbone="mlp", num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs)
+    model.init_targets(N)
+    return model
+
+
+def test_elr_step_is_the_papers_loss_with_the_updated_targets() -> None:
+    beta, lam = 0.7, 3.0
+    model = elr(beta=beta, lam=lam)
+    batch = batch_of([3, 7, 1], [0, 2, 3])
+    previous = torch.rand(N + 1, C)
+    model.targets = previous.clone()
+    logits = model(batch["image"]).detach()
+    objective = model.training_objective(batch)
+
+    p = torch.softmax(logits, 1).clamp(1e-4, 1 - 1e-4)
+    t = beta * previous[[3, 7, 1]] + (1 - beta) * p / p.sum(1, keepdim=True)
+    ce = -torch.log_softmax(logits, 1)[torch.arange(3), batch["label"]]
+    expected = ce + lam * torch.log(1 - (t * p).sum(1))
+    [step] = model._steps
+    torch.testing.assert_close(step.losses, expected)
+    torch.testing.assert_close(objective, vrnl(expected, ALPHA))
+    # the batch's rows moved, every other row stayed
+    torch.testing.assert_close(model.targets[[3, 7, 1]], t)
+    others = [i for i in range(N) if i not in (3, 7, 1)]
+    assert torch.equal(model.targets[others], previous[others])
+
+
+def test_elr_targets_start_at_zero_and_follow_the_predictions() -> None:
+    """From t = 0 the first step's target is (1 - beta) p (normalized), so the regularizer is
+    log(1 - (1 - beta)|p|²); a second step averages again."""
+    beta = 0.9
+    model = elr(beta=beta)
+    batch = batch_of([0, 1], [1, 1])
+    model.training_objective(batch)
+    with torch.no_grad():
+        p = torch.softmax(model(batch["image"]), 1).clamp(1e-4, 1 - 1e-4)
+    first = (1 - beta) * p / p.sum(1, keepdim=True)
+    torch.testing.assert_close(model.targets[:2], first)
+    model.training_objective(batch)
+    torch.testing.assert_close(model.targets[:2], beta * first + (1 - beta) * first / (1 - beta))
+
+
+def test_elr_warmup_and_validation_are_plain_cross_entropy() -> None:
+    model = elr(schedule={"warmup_epochs": 1})
+    batch = batch_of([2, 5], [0, 3])
+    before = model.targets.clone()
+    model.training_objective(batch)
+    assert torch.equal(model.targets, before)  # the warm-up leaves the targets alone
+    logits = model(batch["image"])
+    ce = F.cross_entropy(logits, batch["label"], reduction="none")
+    torch.testing.assert_close(model.per_sample_loss(logits, batch), ce)
+
+
+def test_elr_targets_are_in_the_state_dict_and_come_back() -> None:
+    model = elr()
+    model.targets = torch.rand(N + 1, C)
+    state = model.state_dict()
+    assert torch.equal(state["elr_targets"], model.targets[:-1])
+    other = elr()
+    other.load_state_dict(state)
+    assert torch.equal(other.targets[:-1], model.targets[:-1])
+    assert other.targets.shape == (N + 1, C)
+
+
+# ---------------------------------------------------------------------------------- SOP
+def sop(**kwargs) -> SOP:
+    torch.manual_seed(0)
+    model = SOP(backbone="mlp", num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs)
+    model.init_parameters(N)
+    return model
+
+
+def test_sop_step_is_the_references_loss_of_u_and_v() -> None:
+    """l_i = -<y, log q> + ||onehot(argmax z) + U - V - y||², q the prediction plus U - V
+    floored, L1-normalized and clamped; the objective is VRNL's of these l_i."""
+    model = sop()
+    with torch.no_grad():
+        model.u.copy_(torch.rand(N, 1))
+        model.v.copy_(torch.rand(N, C) * 0.8)
+    index, labels = [4, 0, 9], [1, 3, 1]
+    batch = batch_of(index, labels)
+    logits = model(batch["image"]).detach()
+    objective = model.training_objective(batch)
+
+    eps = 1e-4
+    y = torch.eye(C)[labels]
+    U = (model.u.detach()[index] ** 2 * y).clamp(0, 1)
+    V = (model.v.detach()[index] ** 2 * (1 - y)).clamp(0, 1)
+    q = (torch.softmax(logits, 1) + U - V).clamp(min=eps)
+    q = (q / q.sum(1, keepdim=True).clamp(min=eps)).clamp(eps, 1)
+    hard = torch.eye(C)[logits.argmax(1)]
+    expected = -(y * q.log()).sum(1) + ((hard + U - V - y) ** 2).sum(1)
+    [step] = model._steps
+    torch.testing.assert_close(step.losses, expected)
+    torch.testing.assert_close(objective, vrnl(expected, ALPHA))
+    # at alpha 0 the batch mean is the reference's loss: mean CE of q + MSE summed / batch
+    model.alpha = 0.0
+    mse = F.mse_loss(hard + U - V, y, reduction="sum") / len(labels)
+    ce = torch.mean(-torch.sum(y * torch.log(q), dim=-1))
+    torch.testing.assert_close(model.training_objective(batch), ce + mse)
+
+
+def test_sop_moves_only_the_batchs_u_and_v_at_their_own_rates() -> None:
+    """One SGD step of u (lr_u) and v (lr_v): the batch's rows move, the others keep their
+    values; v learns through the squared term only (q sees V without gradient)."""
+    model = sop(lr_u=1.0, lr_v=10.0)
+    with torch.no_grad():
+        model.u.fill_(0.5)
+        model.v.fill_(0.3)
+    batch = batch_of([2, 6], [0, 1])
+    model.training_objective(batch).backward()
+    _, opt_uv = model.configure_optimizers()[0]
+    grad_u, grad_v = model.u.grad.clone(), model.v.grad.clone()
+    before_u, before_v = model.u.detach().clone(), model.v.detach().clone()
+    opt_uv.step()
+    others = [i for i in range(N) if i not in (2, 6)]
+    assert torch.equal(model.u[others], before_u[others])
+    assert torch.equal(model.v[others], before_v[others])
+    torch.testing.assert_close(model.u.detach(), before_u - 1.0 * grad_u)
+    torch.testing.assert_close(model.v.detach(), before_v - 10.0 * grad_v)
+    assert grad_u[[2, 6]].abs().sum() > 0 and grad_v[[2, 6]].abs().sum() > 0
+
+
+def test_sop_u_and_v_are_parameters_of_the_checkpoint_shape() -> None:
+    model = sop()
+    state = model.state_dict()
+    assert state["u"].shape == (N, 1) and state["v"].shape == (N, C)
+    other = SOP(backbone="mlp", num_classes=C, input_shape=(1, 2, 2))  # made outside a run
+    other.load_state_dict(state)
+    assert torch.equal(other.v, model.v) and torch.equal(other.u, model.u)
+
+
+# -------------------------------------------------------------------------------- CORES²
+def cores(**kwargs) -> CORES:
+    torch.manual_seed(0)
+    return CORES(backbone="mlp", num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs)
+
+
+class _Trainer:
+    """What CORES² reads of a trainer outside a run: the epoch and a sum over processes."""
+
+    def __init__(self, epoch: int) -> None:
+        self.current_epoch, self.fast_dev_run, self.max_epochs = epoch, False, 100
+        self.strategy = type("S", (), {"reduce": staticmethod(lambda t, reduce_op: t)})()
+
+
+def at_epoch(model: CORES, epoch: int) -> CORES:
+    model._trainer = _Trainer(epoch)
+    model.beta_now.fill_(model.beta_at(model.stage_epoch()))
+    return model
+
+
+def test_cores_beta_follows_the_references_plan_and_divides_the_lr() -> None:
+    """β: 10 epochs of 0, then linspace(0, 2, 30), then 2; lr / (1 + β)."""
+    model = cores()
+    plan = [0.0] * 10 + torch.linspace(0, 2, 30).tolist() + [2.0] * 60
+    assert [model.beta_at(t) for t in range(100)] == pytest.approx(plan, abs=1e-6)
+    model._trainer = _Trainer(0)
+    assert model.lr_factor(25) == pytest.approx(1 / (1 + plan[25]))
+
+
+def test_cores_step_is_the_confidence_regularized_loss_over_the_sieved_samples() -> None:
+    """l_i = CE_i - β Σ_j P_j (-log(p_ij + 1e-8)); kept: CE_i - mean_j(-log(p_ij + 1e-8)) <= 0;
+    the objective is VRNL's over the kept samples; the dropped ones count per noisy class."""
+    model = at_epoch(cores(sieve_epoch=0, beta_start=0, beta_ramp_epochs=1, beta=1.5), 5)
+    prior = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    model.prior.copy_(prior)
+    labels = [0, 1, 2, 3, 0, 1, 2, 3]
+    batch = batch_of(list(range(8)), labels, seed=3)
+    logits = model(batch["image"]).detach()
+    objective = model.training_objective(batch)
+
+    p = torch.softmax(logits, 1)
+    ce = -torch.log_softmax(logits, 1)[torch.arange(8), batch["label"]]
+    expected = ce - 1.5 * (prior * -torch.log(p + 1e-8)).sum(1)
+    kept = ce - (-torch.log(p + 1e-8)).mean(1) <= 0
+    assert 0 < int(kept.sum()) < 8  # the sieve keeps some, drops some
+    [step] = model._steps
+    torch.testing.assert_close(step.losses, expected)
+    assert torch.equal(step.used, kept)
+    torch.testing.assert_close(objective, vrnl(expected[kept], ALPHA))
+    dropped = torch.bincount(batch["label"][~kept], minlength=C).float()
+    assert torch.equal(model.dropped, dropped)
+
+
+def test_cores_keeps_every_sample_before_the_sieve_epoch_and_revises_the_prior() -> None:
+    model = at_epoch(cores(), 30)  # the reference's epoch 30 is the last unsieved one
+    batch = batch_of(list(range(6)), [0, 1, 2, 3, 0, 1])
+    model.training_objective(batch)
+    assert model._steps[0].used is None and model.dropped.sum() == 0
+    # after an epoch: P = (P0 · n - dropped) / sum
+    model.initial_prior.copy_(torch.tensor([0.25, 0.25, 0.25, 0.25]))
+    model.num_train.fill_(100.0)
+    model.dropped = torch.tensor([5.0, 0.0, 10.0, 0.0])
+    model.log = lambda *args, **kwargs: None
+    model.epoch_stats.compute = lambda reduce: {}
+    model.on_train_epoch_end()
+    torch.testing.assert_close(model.prior, torch.tensor([20.0, 25.0, 15.0, 25.0]) / 85.0)
