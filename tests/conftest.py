@@ -143,6 +143,31 @@ class TinyConvNet(nn.Module):
         return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
 
 
+# what a test's own Lightning trainer leaves out unless it asks: loggers, checkpoints, the
+# progress bar and the model summary; one CPU device
+TINY_TRAINER = {
+    "accelerator": "cpu",
+    "devices": 1,
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+}
+
+
+def tiny_trainer(**options: Any) -> Any:
+    """A Lightning trainer for a test's small fit: :data:`TINY_TRAINER`, then ``options``."""
+    import lightning as L
+
+    return L.Trainer(**{**TINY_TRAINER, **options})
+
+
+@pytest.fixture()
+def make_trainer(tmp_path: Path) -> Callable[..., Any]:
+    """:func:`tiny_trainer` whose files, if it writes any, go under ``tmp_path``."""
+    return lambda **options: tiny_trainer(**{"default_root_dir": tmp_path, **options})
+
+
 REAL_BACKBONES = ("resnet18", "resnet32", "resnet34", "resnet50")
 
 
