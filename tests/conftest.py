@@ -185,6 +185,27 @@ def tiny_backbones(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(BACKBONES, name, tiny)
 
 
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run folder of a finished quickstart run of 2 epochs (Forward-VRNL on the digits,
+    tested after its fit), made once per test session and shared: a test reads it, or copies it
+    (:func:`copy_run`) to change it, audit it or continue it."""
+    from noisylabels.cli import run
+
+    root = tmp_path_factory.mktemp("finished_run")
+    cli = run(["fit", "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.max_epochs", "2",
+               "--trainer.default_root_dir", str(root),
+               "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    return Path(cli.trainer.log_dir)
+
+
+def copy_run(folder: Path, to: Path) -> Path:
+    """A copy of the run folder ``folder`` at ``to`` (a shared run, copied to be changed)."""
+    import shutil
+
+    return Path(shutil.copytree(folder, to))
+
+
 @pytest.fixture()
 def run_cli(tmp_path: Path) -> Callable[..., Any]:
     """Run ``noisylabels`` in-process with ``args``; the run dir defaults to ``tmp_path``."""
