@@ -143,6 +143,31 @@ class TinyConvNet(nn.Module):
         return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
 
 
+# what a test's own Lightning trainer leaves out unless it asks: loggers, checkpoints, the
+# progress bar and the model summary; one CPU device
+TINY_TRAINER = {
+    "accelerator": "cpu",
+    "devices": 1,
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+}
+
+
+def tiny_trainer(**options: Any) -> Any:
+    """A Lightning trainer for a test's small fit: :data:`TINY_TRAINER`, then ``options``."""
+    import lightning as L
+
+    return L.Trainer(**{**TINY_TRAINER, **options})
+
+
+@pytest.fixture()
+def make_trainer(tmp_path: Path) -> Callable[..., Any]:
+    """:func:`tiny_trainer` whose files, if it writes any, go under ``tmp_path``."""
+    return lambda **options: tiny_trainer(**{"default_root_dir": tmp_path, **options})
+
+
 REAL_BACKBONES = ("resnet18", "resnet32", "resnet34", "resnet50")
 
 
@@ -158,6 +183,27 @@ def tiny_backbones(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for name in REAL_BACKBONES:
         monkeypatch.setitem(BACKBONES, name, tiny)
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run folder of a finished quickstart run of 2 epochs (Forward-VRNL on the digits,
+    tested after its fit), made once per test session and shared: a test reads it, or copies it
+    (:func:`copy_run`) to change it, audit it or continue it."""
+    from noisylabels.cli import run
+
+    root = tmp_path_factory.mktemp("finished_run")
+    cli = run(["fit", "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.max_epochs", "2",
+               "--trainer.default_root_dir", str(root),
+               "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    return Path(cli.trainer.log_dir)
+
+
+def copy_run(folder: Path, to: Path) -> Path:
+    """A copy of the run folder ``folder`` at ``to`` (a shared run, copied to be changed)."""
+    import shutil
+
+    return Path(shutil.copytree(folder, to))
 
 
 @pytest.fixture()

@@ -10,19 +10,14 @@ import pytest
 
 from noisylabels.audit.choices import CSV_FILE, GRID_FILE, issue_files
 
-from conftest import CONFIGS
+from conftest import copy_run
 
 
 @pytest.fixture(scope="module")
-def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-epoch quickstart run (the digits, 40 % symmetric noise)."""
-    from noisylabels.cli import run
-
-    root = tmp_path_factory.mktemp("classes_run")
-    cli = run(["fit", "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.max_epochs", "2",
-               "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false",
-               "--test_after_fit", "false"])  # fmt: skip
-    return Path(cli.trainer.log_dir)
+def run_folder(finished_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-epoch quickstart run (the digits, 40 % symmetric noise): a copy of the session's
+    finished run, which the audits here write into."""
+    return copy_run(finished_run, tmp_path_factory.mktemp("classes_run") / "run")
 
 
 def _given(path: Path) -> set[str]:

@@ -22,7 +22,7 @@ from noisylabels.callbacks import HealthMonitor, results_health
 from noisylabels.callbacks.health import MARGIN, MIN_PATIENCE, PATIENCE, patience_for
 from noisylabels.noise import majority_fraction
 
-from conftest import CONFIGS, REPO, TwoThreadAllReduce, read_results, synthetic_facts
+from conftest import CONFIGS, REPO, TwoThreadAllReduce, read_results, synthetic_facts, tiny_trainer
 
 C = 10
 # MNIST's class frequencies (class 1 is the most frequent, 11.2 %): a 6,000-sample split
@@ -184,15 +184,13 @@ def test_a_resumed_lightning_fit_stops_where_the_uninterrupted_one_does(tmp_path
 
     def fit(root: Path, max_steps: int, ckpt: Path | None = None) -> tuple[L.Trainer, Any]:
         monitor = HealthMonitor(patience=3)
-        trainer = L.Trainer(
+        trainer = tiny_trainer(
             default_root_dir=root,
             max_epochs=-1,
             max_steps=max_steps,
             callbacks=[monitor],
-            logger=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
             num_sanity_val_steps=0,
+            enable_checkpointing=True,
         )
         trainer.fit(_AtChance(), data, data, ckpt_path=ckpt)
         return trainer, monitor

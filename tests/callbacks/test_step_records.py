@@ -19,7 +19,7 @@ from noisylabels.callbacks.subset_stats import StepRecords
 from noisylabels.data import DigitsDataModule
 from noisylabels.methods import CE, StepOutput
 
-from conftest import TwoThreadAllReduce, synthetic_facts
+from conftest import TwoThreadAllReduce, synthetic_facts, tiny_trainer
 
 CLEAN = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
 NOISY = torch.tensor([0, 2, 2, 0, 0, 2, 1, 1])
@@ -246,16 +246,11 @@ def test_a_fit_fills_and_reduces_the_buffer_once_per_epoch(
     monkeypatch.setattr(subset_stats, "fill_buffer", counting_fill)
     dm = DigitsDataModule(batch_size=64, noise_rate=0.3)
     model = CE(backbone="mlp", input_shape=(1, 8, 8), backbone_kwargs={"hidden": [16]})
-    trainer = L.Trainer(
+    trainer = tiny_trainer(
         max_epochs=2,
         limit_train_batches=3,
         limit_val_batches=0,
-        logger=False,
         callbacks=callbacks(),
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
         default_root_dir=tmp_path,
     )
     reduces: list[int] = []

@@ -24,7 +24,7 @@ from noisylabels.data import DigitsDataModule
 from noisylabels.data.loaded import LoadedData
 from noisylabels.methods import CE, StepOutput
 
-from conftest import CONFIGS, REPO, synthetic_facts
+from conftest import CONFIGS, REPO, synthetic_facts, tiny_trainer
 
 CALLBACK = "noisylabels.callbacks.SubsetStatistics"
 # the callback list on the command line, whatever the config lists
@@ -364,15 +364,11 @@ def test_every_n_epochs_steps(tmp_path: Path) -> None:
     """With every_n_epochs=2 and 3 epochs, statistics land at epochs 1 and 2 (the last)."""
     dm = DigitsDataModule(batch_size=256, noise_rate=0.3)
     model = CE(backbone="mlp", input_shape=(1, 8, 8), backbone_kwargs={"hidden": [16]})
-    trainer = L.Trainer(
+    trainer = tiny_trainer(
         max_epochs=3,
         logger=TensorBoardLogger(tmp_path, name="", version=""),
         callbacks=[SubsetStatistics(every_n_epochs=2, histograms=False)],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         limit_val_batches=0,
-        accelerator="cpu",
     )
     trainer.fit(model, datamodule=dm)
     acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
@@ -403,16 +399,11 @@ def test_real_noise_uses_known_clean_labels(tmp_path: Path, caplog) -> None:
     dm = PartlyCleanDigits(batch_size=128, noise_type="real")
     model = CE(backbone="mlp", input_shape=(1, 8, 8), backbone_kwargs={"hidden": [16]})
     cb = SubsetStatistics()
-    trainer = L.Trainer(
+    trainer = tiny_trainer(
         max_epochs=1,
-        logger=False,
         default_root_dir=tmp_path,
         callbacks=[cb],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         limit_val_batches=0,
-        accelerator="cpu",
     )
     with caplog.at_level("INFO"):
         trainer.fit(model, datamodule=dm)

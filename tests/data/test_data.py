@@ -29,7 +29,7 @@ from noisylabels.noise import (
     semantic_transition,
 )
 
-from conftest import CONFIGS, make_cifar, make_mnist
+from conftest import CONFIGS, make_cifar, make_mnist, tiny_trainer
 
 
 def test_digits_split_batches_and_noise() -> None:
@@ -294,15 +294,10 @@ def test_training_and_validation_never_measure_the_noise_rate(
     monkeypatch.setattr(corrupt, "rate_actual", counting)
     dm = DigitsDataModule(noise_type="pair", noise_rate=0.3, batch_size=32)
     model = CE(backbone="mlp", input_shape=(1, 8, 8), backbone_kwargs={"hidden": [16]})
-    trainer = L.Trainer(
+    trainer = tiny_trainer(
         max_epochs=1,
         limit_train_batches=2,
         limit_val_batches=4,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
         default_root_dir=tmp_path,
     )
     trainer.fit(model, datamodule=dm)

@@ -1,6 +1,7 @@
 """Multi-process training on CPU: 2 processes over gloo.
 
-The core checks spawn the processes once (``torch.multiprocessing.spawn``) and compare what every
+The core checks fork the processes once (``torch.multiprocessing`` with the fork start method,
+so that they inherit this process's imports) and compare what every
 rank computed with a single-process run of the same global batch: the VRNL statistics and one
 optimizer step (a), the noisy labels, split and T (b), and the epoch's shard of the training set
 (c). The end-to-end check (d) runs the ``noisylabels`` console script with
@@ -255,10 +256,10 @@ def bad_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ranks(
     tmp_path_factory: pytest.TempPathFactory, odd_mnist: Path, bad_images: Path
 ) -> list[dict[str, Any]]:
-    """Run every rank's checks once, in 2 spawned processes, and return what each computed."""
+    """Run every rank's checks once, in 2 forked processes, and return what each computed."""
     out = tmp_path_factory.mktemp("ddp_ranks")
     args = (_free_port(), str(out), str(odd_mnist), str(bad_images))
-    mp.spawn(_worker, args=args, nprocs=WORLD, join=True)
+    mp.start_processes(_worker, args=args, nprocs=WORLD, join=True, start_method="fork")
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 

@@ -5,9 +5,9 @@ batch, through every stage it has (warm-up, estimation, its own stage, revision)
 Each case is a ``noisylabels fit`` of 3 epochs on the digits: one warm-up epoch, then the
 method's own stage (and, for methods with a revision stage, one revision epoch), at a global
 batch of 128 (2 x 64 under DDP; a last step of 14 = 7 + 7 samples each epoch). The DDP runs of
-all the selected cases share one pair of spawned processes, each case a ``noisylabels fit``
-through the command line in them (Lightning takes the processes as launched by a cluster); the
-one-process runs are the same command with ``--trainer.devices 1``.
+all the selected cases share one pair of processes, forked (so they inherit the imports), each
+case a ``noisylabels fit`` through the command line in them (Lightning takes the processes as
+launched by a cluster); the one-process runs are the same command with ``--trainer.devices 1``.
 
 The math is the same in both (global variance, global sample selection, estimates broadcast
 from process 0, every sample once per epoch in the same order), but not the floating point:
@@ -17,7 +17,7 @@ epochs, the estimation epoch) is compared exactly, accuracies within :data:`ACC_
 within :data:`EPS_TOLERANCE` (measured: every accuracy of every case identical, ε_T within 1e-7).
 
 One case (T-Revision-VRNL, whose ΔT is unused before its revision stage) is in the default
-suite (about 40 s); all 24 cases take about 7 minutes on 2 CPU cores (``slow``).
+suite; all 30 cases (every registered method, with and without VRNL) run under ``slow``.
 """
 
 from __future__ import annotations
@@ -139,7 +139,9 @@ def ddp_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         }
     )
     root = tmp_path_factory.mktemp("ddp_methods")
-    mp.spawn(_worker, args=(_free_port(), str(root), cases), nprocs=WORLD, join=True)
+    mp.start_processes(
+        _worker, args=(_free_port(), str(root), cases), nprocs=WORLD, join=True, start_method="fork"
+    )
     return root
 
 

@@ -4,6 +4,8 @@ check (the fake CIFAR-10 it writes, how it compares a compiled run with its eage
 
 from __future__ import annotations
 
+import runpy
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,27 +36,40 @@ def test_the_dry_run_lists_every_step_and_exits_0(capsys, tmp_path: Path) -> Non
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-def test_make_gpu_check_is_the_dry_run_on_a_cpu() -> None:
+def test_make_gpu_check_is_the_dry_run_on_a_cpu(capsys, monkeypatch) -> None:
+    """``make gpu-check`` runs benchmarks/gpu_check.py with the given python and DATA; that
+    script, given those arguments, is the dry run (in this process: the script's start-up is
+    the throughput benchmark's below, and the dry run's exit status is main's)."""
     proc = subprocess.run(
-        ["make", "-s", "gpu-check", f"PYTHON={sys.executable}", "DATA=/nowhere"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+        ["make", "-n", "-s", "gpu-check", f"PYTHON={sys.executable}", "DATA=/nowhere",
+         "VENV=/nowhere/venv"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "gpu-check needs a CUDA GPU" in proc.stdout and "mnist" in proc.stdout
+    [command] = proc.stdout.strip().splitlines()
+    python, script, *args = shlex.split(command)
+    assert (python, script) == (sys.executable, "benchmarks/gpu_check.py")
+    assert args == ["--data-dir", "/nowhere"]
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(script, run_name="__main__")
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    assert "gpu-check needs a CUDA GPU" in printed and "mnist" in printed
 
 
-def test_the_throughput_benchmark_it_runs_starts() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_throughput.py"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "--json" in proc.stdout and "--fake-data" in proc.stdout
+def test_the_throughput_benchmark_it_runs_starts(capsys, monkeypatch) -> None:
+    """The script as ``python benchmarks/gpu_throughput.py --help`` runs it (its imports, its
+    start-up and its parser), in this process, whose modules are loaded already."""
+    script = str(REPO / "benchmarks" / "gpu_throughput.py")
+    monkeypatch.setattr(sys, "argv", [script, "--help"])
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(script, run_name="__main__")
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    assert "--json" in printed and "--fake-data" in printed
 
 
 def test_the_fake_cifar10_is_read_as_cifar10(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_errors import GOOD_RESULTS, RunsCode, error_lines
 
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS, REPO, copy_run
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
 CIFAR10_CE = str(CONFIGS / "cifar10_ce.yaml")
@@ -182,17 +182,6 @@ def test_a_closed_pipe_ends_quietly(name: str, inputs: Inputs) -> None:
 
 
 # ---------------------------------------------------------------- an audit that cannot write
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short quickstart run: a run folder to audit."""
-    from noisylabels.cli import run
-
-    cli = run(["fit", "--config", QUICKSTART, "--trainer.max_epochs", "2",
-               "--trainer.default_root_dir", str(tmp_path_factory.mktemp("audited")),
-               "--trainer.enable_progress_bar", "false"])  # fmt: skip
-    return Path(cli.trainer.log_dir)
-
-
 def _can_mount_read_only(folder: Path) -> bool:
     """Whether this process may bind-mount ``folder`` read-only in a mount namespace of its own
     (root with CAP_SYS_ADMIN and util-linux's unshare); the mount never leaves that namespace."""
@@ -207,8 +196,7 @@ def _can_mount_read_only(folder: Path) -> bool:
 def test_audit_of_a_read_only_run_folder_names_it(finished_run: Path, tmp_path: Path) -> None:
     """The run folder on a read-only mount (chmod does not stop root, which the tests may run
     as): one paragraph naming the folder, status 2, before any work, and nothing written."""
-    folder = tmp_path / "run"
-    shutil.copytree(finished_run, folder)
+    folder = copy_run(finished_run, tmp_path / "run")
     if not _can_mount_read_only(folder):
         pytest.skip("needs a read-only bind mount (root in a mount namespace: unshare -m)")
     at = shlex.quote(str(folder))
@@ -238,26 +226,34 @@ def test_audit_of_a_read_only_run_folder_names_it(finished_run: Path, tmp_path: 
     ids=["csv-permission", "csv-read-only", "grid-disk-full"],
 )  # fmt: skip
 def test_an_audit_write_that_fails_names_the_run_folder(
-    broken: str, raised: OSError, said: str, finished_run: Path, monkeypatch, capsys
+    broken: str,
+    raised: OSError,
+    said: str,
+    finished_run: Path,
+    tmp_path: Path,
+    monkeypatch,
+    capsys,
 ) -> None:
     """A write into the run folder that fails during the audit (the folder made read-only or
     the disk filled after the check): one paragraph naming the folder, status 2."""
     from noisylabels.audit import issues
     from noisylabels.cli import main
 
+    folder = copy_run(finished_run, tmp_path / "run")  # the audit may write before it fails
+
     def fail(*args, **kwargs):
         raise raised
 
     monkeypatch.setattr(issues, broken, fail)
     with pytest.raises(SystemExit) as exit_info:
-        main(["audit", str(finished_run)])
+        main(["audit", str(folder)])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2, err[-2000:]
     assert "Traceback" not in err
     (message,) = error_lines(err)
     assert (
         f"cannot write the audit (label_issues.csv, label_issues.png) into the run folder "
-        f"{finished_run}: {said}" in message
+        f"{folder}: {said}" in message
     )
 
 

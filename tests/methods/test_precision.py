@@ -16,6 +16,8 @@ from noisylabels.data import DigitsDataModule
 from noisylabels.methods import PTD, Forward, NoisyLabelMethod
 from noisylabels.noise import anchor_transition
 
+from conftest import tiny_trainer
+
 SHAPE = (1, 8, 8)
 CASES = {
     "Forward-anchor": (Forward, {"transition": "estimate"}),
@@ -31,15 +33,10 @@ def _data() -> DigitsDataModule:
 def _trainer(
     precision: str, root: Path, callbacks: list[L.Callback], accelerator: str = "cpu"
 ) -> L.Trainer:
-    return L.Trainer(
+    return tiny_trainer(
         max_epochs=2,
         precision=precision,
         accelerator=accelerator,
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         limit_val_batches=0,
         callbacks=callbacks,
         default_root_dir=root,

@@ -19,6 +19,8 @@ from noisylabels.methods import Forward
 from noisylabels.methods.core.acceleration import Acceleration
 from noisylabels.methods.core.vrnl import vrnl_objective
 
+from conftest import tiny_trainer
+
 SHAPE = (1, 8, 8)
 
 
@@ -120,13 +122,8 @@ def test_inductor_run_compiles_a_known_number_of_static_graphs(tmp_path: Path) -
         schedule={"warmup_epochs": 1},
         speed={"compile": True, "compile_backend": spy.name},
     )
-    trainer = L.Trainer(
+    trainer = tiny_trainer(
         max_epochs=3,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
         callbacks=[Stage(spy)],
         default_root_dir=tmp_path,
     )

@@ -34,7 +34,7 @@ from noisylabels.methods.core import acceleration
 from noisylabels.methods.core.acceleration import resolve_channels_last, resolve_compile
 from noisylabels.run.cli import auto_precision
 
-from conftest import CONFIGS, read_results
+from conftest import CONFIGS, read_results, tiny_trainer
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 SHAPE = (1, 8, 8)
@@ -212,14 +212,10 @@ def test_hook_name_is_set_without_module_bookkeeping(monkeypatch: pytest.MonkeyP
     model.scale = torch.nn.Parameter(torch.ones(1))
     assert calls == ["extra", "scale"]
     assert "extra" in dict(model.named_children()) and "scale" in dict(model.named_parameters())
-    trainer = L.Trainer(
+    trainer = tiny_trainer(
         max_epochs=1,
         limit_train_batches=2,
         limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
     )
     trainer.fit(model, DigitsDataModule(noise_rate=0.2, batch_size=16))
     assert model._current_fx_name is None  # Lightning's own reset after fitting
@@ -275,13 +271,8 @@ def _fit(compile: bool, cls: type[NoisyLabelMethod], epochs: int, root: Path, **
         def on_train_epoch_end(self, trainer, pl_module) -> None:
             graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
-    trainer = L.Trainer(
+    trainer = tiny_trainer(
         max_epochs=epochs,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
         callbacks=[CountGraphs()],
         default_root_dir=root,
     )
@@ -377,14 +368,10 @@ def test_training_steps_make_no_host_synchronization(
     kwargs = {"transition": True} if cls is Forward else COTEACHING
     model = cls(backbone="mlp", num_classes=10, input_shape=SHAPE, alpha=0.1, **kwargs)
     spy = NoHostSync(monkeypatch)
-    trainer = L.Trainer(
+    trainer = tiny_trainer(
         max_epochs=2,
         limit_train_batches=6,
         limit_val_batches=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        accelerator="cpu",
         callbacks=[spy, SubsetStatistics(), SampleDynamics(), DivergenceGuard()],
         default_root_dir=tmp_path,
     )
