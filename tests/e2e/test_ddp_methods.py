@@ -68,7 +68,6 @@ def fit_args(name: str, alpha: float) -> list[str]:
     """``noisylabels fit`` options of a case (without the process layout): every method with a
     warm-up epoch; T estimated where a method corrects with one; τ estimated and reached at
     once by the small-loss methods; a revision epoch where a method has a revision stage."""
-    cls = registry()[name]
     args = [
         *("fit", "--config", str(CONFIGS / "data" / "digits.yaml")),
         *("--model", f"noisylabels.methods.{name}", "--model.alpha", str(alpha)),
@@ -78,6 +77,15 @@ def fit_args(name: str, alpha: float) -> list[str]:
         *("--data.eval_batch_size", "100", "--trainer.enable_progress_bar", "false"),
         *("--trainer.enable_model_summary", "false"),
     ]
+    return args + method_options(name)
+
+
+def method_options(name: str) -> list[str]:
+    """The options every stage of method ``name`` needs in a short run with one warm-up epoch:
+    T estimated after it where the method corrects with one; τ estimated and reached at once
+    where it selects samples; a revision epoch where it has a revision stage."""
+    cls = registry()[name]
+    args = []
     if issubclass(cls, TransitionMethod):
         args += ["--model.transition", "estimate"]
     if issubclass(cls, SmallLossMethod):
@@ -91,8 +99,9 @@ def _case_dir(root: Path, name: str, alpha: float) -> Path:
     return root / f"{name}-{alpha:g}"
 
 
-def _worker(rank: int, port: int, root: str, cases: list[tuple[str, float]]) -> None:
-    """One DDP process: every case in turn, through the command line."""
+def join_group(rank: int, port: int) -> None:
+    """Make this process rank ``rank`` of a :data:`WORLD`-process gloo group on ``port``, as a
+    cluster launches it (one thread, warnings off)."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK="0", LOCAL_RANK=str(rank)
     )
@@ -108,6 +117,11 @@ def _worker(rank: int, port: int, root: str, cases: list[tuple[str, float]]) -> 
         world_size=WORLD,
         timeout=timedelta(seconds=180),
     )
+
+
+def _worker(rank: int, port: int, root: str, cases: list[tuple[str, float]]) -> None:
+    """One DDP process: every case in turn, through the command line."""
+    join_group(rank, port)
     from noisylabels.cli import run
 
     for name, alpha in cases:

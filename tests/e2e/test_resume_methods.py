@@ -15,9 +15,10 @@ import signal
 from pathlib import Path
 
 import pytest
+from test_ddp_methods import method_options
 from test_resume import assert_same_run, run_cli_process
 
-from noisylabels.methods import NoisyLabelMethod, SmallLossMethod, TransitionMethod, registry
+from noisylabels.methods import registry
 
 from conftest import CONFIGS
 
@@ -34,7 +35,6 @@ def _cases() -> list:
 
 
 def fit_args(name: str) -> list[str]:
-    cls = registry()[name]
     args = [
         *("--config", str(CONFIGS / "data" / "digits.yaml")),
         *("--model", f"noisylabels.methods.{name}", "--model.alpha", "0.05"),
@@ -44,13 +44,7 @@ def fit_args(name: str) -> list[str]:
         *("--trainer.accelerator", "cpu", "--data.noise_rate", "0.3"),
         *("--trainer.enable_model_summary", "false"),
     ]
-    if issubclass(cls, TransitionMethod):
-        args += ["--model.transition", "estimate"]
-    if issubclass(cls, SmallLossMethod):
-        args += ["--model.forget_rate", "estimate", "--model.ramp_epochs", "1"]
-    if cls.on_revision_start is not NoisyLabelMethod.on_revision_start:
-        args += ["--model.schedule.revision_epochs", "1"]
-    return args
+    return args + method_options(name)
 
 
 @pytest.mark.parametrize("name", _cases())

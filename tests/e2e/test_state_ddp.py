@@ -13,18 +13,22 @@ averages two half-batch gradients where one process sums the whole batch).
 
 from __future__ import annotations
 
-import os
 import signal
 import traceback
-import warnings
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
-from test_ddp_methods import ACC_TOLERANCE, CLOSE, EXACT, GLOBAL_BATCH, WORLD, _free_port
+from test_ddp_methods import (
+    ACC_TOLERANCE,
+    CLOSE,
+    EXACT,
+    GLOBAL_BATCH,
+    WORLD,
+    _free_port,
+    join_group,
+)
 from test_resume import assert_same_run, last_checkpoint, run_cli_process
 from test_resume_methods import fit_args as resume_args
 
@@ -51,19 +55,7 @@ def ddp_args(name: str, alpha: float = 0.05) -> list[str]:
 
 
 def _worker(rank: int, port: int, root: str, name: str) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK="0", LOCAL_RANK=str(rank)
-    )
-    os.environ.update(WORLD_SIZE=str(WORLD), RANK=str(rank))
-    torch.set_num_threads(1)
-    warnings.simplefilter("ignore")
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=WORLD,
-        timeout=timedelta(seconds=180),
-    )
+    join_group(rank, port)
     from noisylabels.cli import run
 
     folder = Path(root)
@@ -79,7 +71,9 @@ def _worker(rank: int, port: int, root: str, name: str) -> None:
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_state_under_ddp_is_the_one_process_state(name: str, run_cli, tmp_path: Path) -> None:
     root = tmp_path / "ddp"
-    mp.spawn(_worker, args=(_free_port(), str(root), name), nprocs=WORLD, join=True)
+    mp.start_processes(
+        _worker, args=(_free_port(), str(root), name), nprocs=WORLD, start_method="fork"
+    )
     errors = sorted(root.glob("error-rank*.txt"))
     assert not errors, "\n".join(p.read_text()[-3000:] for p in errors)
     run_cli(
