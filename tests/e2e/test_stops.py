@@ -100,9 +100,6 @@ def test_ctrl_c_is_a_stop_on_request_that_resumes(run_cli, tmp_path: Path) -> No
     assert read_results(root)["resumed"][0]["epochs_done"] == 1
 
 
-# Lightning's own deprecation notice of a torch name it uses, printed where this test ran the
-# command as a process; not this test's concern
-@pytest.mark.filterwarnings(r"ignore:.*isinstance\(treespec, LeafSpec\)")
 def test_a_full_disk_stops_the_run_with_one_paragraph_and_nothing_half_written(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
