@@ -388,6 +388,9 @@ def lightning_command(args: list[str] | None = None) -> NoisyLabelsCLI:
     )
     # last.ckpt's writer is a second checkpoint callback; "best" is the first one's, as meant
     warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint`")
+    # `test` / `predict --ckpt_path`: the fit callbacks Lightning asks for again (the run's
+    # recorder, its health monitor) keep what only a fit continues; evaluation needs the weights
+    warnings.filterwarnings("ignore", message=r".*callbacks used to create the checkpoint need")
     drop_tips()  # Lightning's advertising for its cloud services, printed by every trainer
     try:
         return make_cli(None if args is None else argv)

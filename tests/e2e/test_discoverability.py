@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,12 @@ def test_test_and_predict_use_the_checkpoint_fit_reported(run_cli, tmp_path: Pat
     folder = next(tmp_path.rglob("last.ckpt")).parent.parent
     fitted = json.loads((folder / "results.json").read_text())
     capsys.readouterr()
-    tested = run_cli("test", "--config", QUICKSTART, "--ckpt_path", str(folder))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tested = run_cli("test", "--config", QUICKSTART, "--ckpt_path", str(folder))
+    # Lightning's advice to pass fit's callbacks again (the recorder, the health monitor) does
+    # not apply to evaluating weights: it is not shown
+    assert not [w for w in caught if "callbacks used to create the checkpoint" in str(w.message)]
     notice = capsys.readouterr().err
     assert f"{fitted['checkpoint']} (the selected checkpoint its fit reported)" in notice
     assert tested.trainer.callback_metrics["test/acc"] == pytest.approx(fitted["test_acc"])
