@@ -130,8 +130,7 @@ class Peer(NoisyLabelMethod):
             all_labels, valid = gather_batch(labels.float()[None], capacity)
             all_labels = all_labels[0].long()
         else:
-            all_logits = logits.new_zeros(capacity, logits.shape[1])
-            all_logits = torch.cat([logits, all_logits[n:]])
+            all_logits = torch.cat([logits, logits.new_zeros(capacity - n, logits.shape[1])])
             all_labels = torch.cat([labels, labels.new_zeros(capacity - n)])
             valid = torch.arange(capacity, device=labels.device) < n
         seed = (torch.initial_seed() * 1_000_003 + self.global_step) % 2**63
