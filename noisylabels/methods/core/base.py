@@ -43,6 +43,8 @@ from noisylabels.methods.core.vrnl import (
 )
 from noisylabels.noise import DataFacts, data_facts_of, estimation_error
 
+OPTIM_DEFAULTS = {field.name: field.default for field in dataclasses.fields(OptimizerOptions)}
+
 
 class NoisyLabelMethod(StagedModule):
     """Base of all methods; trains on the VRNL objective of the method's per-sample losses.
@@ -93,6 +95,14 @@ class NoisyLabelMethod(StagedModule):
                 "--model.schedule.warmup_momentum is SGD's momentum; --model.optim.optimizer "
                 f"{self.optim.optimizer!r} has none (set --model.schedule.warmup_momentum null)"
             )
+        for name in ("revision_lr", "revision_weight_decay"):
+            value, default = getattr(self.optim, name), OPTIM_DEFAULTS[name]
+            if value != default and int(self.schedule.revision_epochs) == 0:
+                raise InputError(
+                    f"--model.optim.{name} {value} would have no effect: there is no revision "
+                    f"stage (--model.schedule.revision_epochs 0). Leave it out (or at its "
+                    f"default, {default})"
+                )
         self.save_hyperparameters()
         groups = {
             "network": self.network_options,
