@@ -56,7 +56,9 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: dic
     steps, optimizers = {}, {}
     for scope in SCOPES:
         torch.manual_seed(0)
-        model = Forward(backbone=args.backbone, input_shape=shape, alpha=0.1, variance_scope=scope)
+        model = Forward(
+            network={"backbone": args.backbone}, input_shape=shape, alpha=0.1, variance_scope=scope
+        )
         model.T.copy_(symmetric_transition(10, 0.4))
         model.on_train_epoch_start()  # fresh epoch sums
         steps[scope] = nn.parallel.DistributedDataParallel(_TrainingStep(model))

@@ -338,7 +338,7 @@ def cifar_fit(check: Check) -> dict[str, Any]:
         *("--trainer.max_epochs", "2", "--model.schedule.warmup_epochs", "1"),
     ]
     if check.rehearsal:
-        common += ["--model.backbone", "resnet18", "--data.batch_size", "64"]
+        common += ["--model.network.backbone", "resnet18", "--data.batch_size", "64"]
     variants = {
         "as shipped": [],
         "compile true": check.compiled(),

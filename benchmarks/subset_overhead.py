@@ -67,7 +67,7 @@ def epoch(data_dir: str, with_callback: bool, limit: int | float) -> tuple[float
     """One training epoch; returns (epoch seconds, seconds inside the callback)."""
     L.seed_everything(0, verbose=False)
     datamodule = MNISTDataModule(data_dir=data_dir, batch_size=128, noise_rate=0.2)
-    model = Forward(backbone="lenet5", alpha=0.1, transition=True)
+    model = Forward(network={"backbone": "lenet5"}, alpha=0.1, transition=True)
     timer = EpochTimer()
     stats = TimedSubsetStatistics() if with_callback else None
     with tempfile.TemporaryDirectory() as out:

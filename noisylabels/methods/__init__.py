@@ -1,5 +1,6 @@
 """Methods: one LightningModule each, all on :class:`NoisyLabelMethod` (VRNL via ``alpha``), with
-its option groups :class:`StageSchedule`, :class:`OptimizerOptions` and :class:`SpeedOptions`.
+its option groups :class:`NetworkOptions`, :class:`StageSchedule`, :class:`OptimizerOptions` and
+:class:`SpeedOptions`.
 
 ``core/`` holds the machinery the methods share; ``transition.py`` the transition-matrix
 family, ``selection.py`` the two-network family, then one small file per method.
@@ -11,6 +12,7 @@ from noisylabels.methods.backward import Backward
 from noisylabels.methods.ce import CE
 from noisylabels.methods.core import (
     EpochStatistics,
+    NetworkOptions,
     NoisyLabelMethod,
     OptimizerOptions,
     SpeedOptions,
@@ -48,6 +50,7 @@ __all__ = [
     "Forward",
     "GCE",
     "MentorNet",
+    "NetworkOptions",
     "NoisyLabelMethod",
     "OptimizerOptions",
     "PTD",

@@ -62,7 +62,7 @@ def build_backbone(
         factory = BACKBONES[name]
     except KeyError:
         raise InputError(
-            f"Unknown backbone {name!r} (--model.backbone); "
+            f"Unknown backbone {name!r} (--model.network.backbone); "
             f"available: {', '.join(sorted(BACKBONES))}"
         ) from None
     try:
@@ -71,9 +71,9 @@ def build_backbone(
         if not kwargs or "unexpected keyword argument" not in str(err):
             raise
         raise InputError(
-            f"--model.backbone_kwargs {kwargs} do not fit backbone {name!r} ({err}); give the "
-            f"arguments of {name!r}, or --model.backbone_kwargs '{{}}' for none (a config "
-            "composed for another backbone leaves its own here)"
+            f"--model.network.backbone_kwargs {kwargs} do not fit backbone {name!r} ({err}); "
+            f"give the arguments of {name!r}, or --model.network.backbone_kwargs '{{}}' for "
+            "none (a config composed for another backbone leaves its own here)"
         ) from None
 
 

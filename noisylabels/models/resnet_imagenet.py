@@ -56,7 +56,8 @@ def resnet50(
         if weights_path is not None:
             if not Path(weights_path).is_file():
                 raise MissingFileError(
-                    f"ResNet-50 weights file not found: {weights_path!r} (--model.weights_path)."
+                    f"ResNet-50 weights file not found: {weights_path!r} "
+                    "(--model.network.weights_path)."
                 )
             state = _load_state_dict(weights_path)
         else:
@@ -66,8 +67,8 @@ def resnet50(
                     "Pretrained ResNet-50 ImageNet weights are not available offline. "
                     f"Download {ResNet50_Weights.IMAGENET1K_V1.url} and place it at "
                     f"{cached} (file name {cached.name!r} inside torch.hub.get_dir()/checkpoints), "
-                    "or pass --model.weights_path /path/to/resnet50_state_dict.pth, "
-                    "or train from scratch with --model.pretrained false."
+                    "or pass --model.network.weights_path /path/to/resnet50_state_dict.pth, "
+                    "or train from scratch with --model.network.pretrained false."
                 )
             state = _load_state_dict(cached)
         model.load_state_dict(state)

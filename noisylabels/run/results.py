@@ -74,7 +74,7 @@ def build_results(
     return {
         "method": getattr(model, "method_name", type(model).__name__),
         "alpha": hp.get("alpha"),
-        "backbone": hp.get("backbone"),
+        "backbone": (hp.get("network") or {}).get("backbone"),
         "dataset": datamodule.name if ours else type(datamodule).__name__,
         "noise": datamodule.noise_info() if ours else None,
         "data": datamodule.data_info() if ours else None,

@@ -47,7 +47,7 @@ def _stub(reduce: Any = None) -> Any:
     return SimpleNamespace(datamodule=SimpleNamespace(data_facts=lambda: facts), strategy=strategy)
 
 
-MODULE = CE(backbone="mlp", num_classes=C, input_shape=(1, 2, 2))
+MODULE = CE(network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2))
 # two epochs of steps over samples 0..3 (sample 4 is never trained on)
 EPOCHS = [
     [

@@ -62,7 +62,7 @@ OTHER_EPOCH = [_steps([5, 4, 3], 5), _steps([2, 1, 0, 6], 6)]
 
 
 def _module() -> L.LightningModule:
-    module = CE(backbone="mlp", num_classes=C, input_shape=(1, 2, 2))
+    module = CE(network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2))
     module.log = lambda *args, **kwargs: None  # no trainer attached
     return module
 
@@ -245,7 +245,9 @@ def test_a_fit_fills_and_reduces_the_buffer_once_per_epoch(
 
     monkeypatch.setattr(subset_stats, "fill_buffer", counting_fill)
     dm = DigitsDataModule(batch_size=64, noise_rate=0.3)
-    model = CE(backbone="mlp", input_shape=(1, 8, 8), backbone_kwargs={"hidden": [16]})
+    model = CE(
+        network={"backbone": "mlp", "backbone_kwargs": {"hidden": [16]}}, input_shape=(1, 8, 8)
+    )
     trainer = tiny_trainer(
         max_epochs=2,
         limit_train_batches=3,

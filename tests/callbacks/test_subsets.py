@@ -106,7 +106,7 @@ def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _module() -> L.LightningModule:
-    module = CE(backbone="mlp", num_classes=3, input_shape=(1, 2, 2))
+    module = CE(network={"backbone": "mlp"}, num_classes=3, input_shape=(1, 2, 2))
     module.log = lambda *args, **kwargs: None  # no trainer attached
     return module
 
@@ -363,7 +363,9 @@ def test_every_n_epochs_without_logger(run_cli, tmp_path: Path) -> None:
 def test_every_n_epochs_steps(tmp_path: Path) -> None:
     """With every_n_epochs=2 and 3 epochs, statistics land at epochs 1 and 2 (the last)."""
     dm = DigitsDataModule(batch_size=256, noise_rate=0.3)
-    model = CE(backbone="mlp", input_shape=(1, 8, 8), backbone_kwargs={"hidden": [16]})
+    model = CE(
+        network={"backbone": "mlp", "backbone_kwargs": {"hidden": [16]}}, input_shape=(1, 8, 8)
+    )
     trainer = tiny_trainer(
         max_epochs=3,
         logger=TensorBoardLogger(tmp_path, name="", version=""),
@@ -397,7 +399,9 @@ class PartlyCleanDigits(DigitsDataModule):
 
 def test_real_noise_uses_known_clean_labels(tmp_path: Path, caplog) -> None:
     dm = PartlyCleanDigits(batch_size=128, noise_type="real")
-    model = CE(backbone="mlp", input_shape=(1, 8, 8), backbone_kwargs={"hidden": [16]})
+    model = CE(
+        network={"backbone": "mlp", "backbone_kwargs": {"hidden": [16]}}, input_shape=(1, 8, 8)
+    )
     cb = SubsetStatistics()
     trainer = tiny_trainer(
         max_epochs=1,

@@ -293,7 +293,9 @@ def test_training_and_validation_never_measure_the_noise_rate(
 
     monkeypatch.setattr(corrupt, "rate_actual", counting)
     dm = DigitsDataModule(noise_type="pair", noise_rate=0.3, batch_size=32)
-    model = CE(backbone="mlp", input_shape=(1, 8, 8), backbone_kwargs={"hidden": [16]})
+    model = CE(
+        network={"backbone": "mlp", "backbone_kwargs": {"hidden": [16]}}, input_shape=(1, 8, 8)
+    )
     trainer = tiny_trainer(
         max_epochs=1,
         limit_train_batches=2,

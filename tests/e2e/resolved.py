@@ -34,7 +34,9 @@ SCHEDULE = (
 )
 OPTIM = ("optimizer", "lr", "momentum", "weight_decay", "revision_lr", "revision_weight_decay")
 SPEED = ("compile", "compile_backend", "channels_last")
+NETWORK = ("backbone", "pretrained", "weights_path", "backbone_kwargs")
 MOVED: dict[str, str] = {
+    **{f"model.{name}": f"model.network.{name}" for name in NETWORK},
     **{f"model.{name}": f"model.schedule.{name}" for name in SCHEDULE},
     **{f"model.{name}": f"model.optim.{name}" for name in OPTIM},
     **{f"model.{name}": f"model.speed.{name}" for name in SPEED},
@@ -100,7 +102,14 @@ def run_values(config: Any) -> dict[str, Any]:
 def as_old(values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` by the names of before the move (:data:`MOVED`), without :data:`NEW` options."""
     back = {new: old for old, new in MOVED.items()}
-    return {back.get(k, k): v for k, v in values.items() if k not in NEW}
+
+    def old(name: str) -> str:  # a moved option, or an entry of a moved mapping option
+        for new, was in back.items():
+            if name == new or name.startswith(new + "."):
+                return was + name[len(new) :]
+        return name
+
+    return {old(k): v for k, v in values.items() if k not in NEW}
 
 
 def digest(values: Mapping[str, Any]) -> str:

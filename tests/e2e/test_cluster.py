@@ -25,7 +25,7 @@ METRICS = (
 )  # fmt: skip
 # the quickstart with a small MLP with dropout (the restored random state matters), 2 epochs
 OPTIONS = {
-    "model.backbone_kwargs": "{hidden: [64], dropout: 0.2}",
+    "model.network.backbone_kwargs": "{hidden: [64], dropout: 0.2}",
     "trainer.limit_train_batches": 10,
     "trainer.enable_model_summary": False,
     "trainer.max_epochs": 2,

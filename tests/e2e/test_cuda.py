@@ -59,7 +59,7 @@ def test_steady_state_training_never_synchronizes(name: str, compile, tmp_path: 
     L.seed_everything(0)
     dm = DigitsDataModule(noise_rate=0.3, batch_size=128)  # on_device auto: on the GPU
     model: NoisyLabelMethod = cls(
-        backbone="mlp",
+        network={"backbone": "mlp"},
         input_shape=(1, 8, 8),
         optim={"lr": 0.1},
         schedule={"warmup_epochs": 1},

@@ -54,9 +54,8 @@ def make_model(scope: str) -> Forward:
     """Forward-VRNL on a small MLP, identical on every process (seeded)."""
     torch.manual_seed(0)
     model = Forward(
-        backbone="mlp",
+        network={"backbone": "mlp", "backbone_kwargs": {"hidden": [32]}},
         input_shape=(1, 8, 8),
-        backbone_kwargs={"hidden": [32]},
         alpha=ALPHA,
         variance_scope=scope,
         optim={"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-3},
@@ -197,7 +196,7 @@ def _check_selection(rank: int) -> dict[str, Any]:
     the global batch, as ShardSampler gives them), with the per-process batch size known (no
     host synchronization) and asked for."""
     losses = torch.tensor(SELECTION_LOSSES)[rank::WORLD]
-    model = CoTeaching(backbone="mlp", input_shape=(1, 8, 8), forget_rate=FORGET_RATE)
+    model = CoTeaching(network={"backbone": "mlp"}, input_shape=(1, 8, 8), forget_rate=FORGET_RATE)
     model.current_forget_rate = FORGET_RATE
     masks = model.small_loss_masks([losses, -losses])  # facts unknown: the size is asked for
     values, valid = gather_batch(torch.stack([losses]), capacity=5)
@@ -420,7 +419,7 @@ def test_trainer_configs_compose_after_a_dataset_config(run_cli, capsys, piece, 
         assert config["trainer"][key] == value, key
     # the preset's settings survive (its epochs: the schedule's, derived when the fit starts)
     assert config["model"]["init_args"]["schedule"]["warmup_epochs"] == 20
-    assert config["model"]["init_args"]["backbone"] == "resnet18"
+    assert config["model"]["init_args"]["network"]["backbone"] == "resnet18"
     assert config["model"]["init_args"]["variance_scope"] == "local"
     if piece == "ddp_cpu.yaml":
         strategy = config["trainer"]["strategy"]

@@ -163,8 +163,8 @@ class PickyDigits(DigitsDataModule):
         (["--data", "picky.PickyDigits", "--data.share", "2"],
          "--data (picky.PickyDigits): share must be in (0, 1], got 2.0. Its options: noisylabels "
          "fit --data.help picky.PickyDigits"),
-        (["--model.backbone", "lenet5"],
-         "--model.backbone_kwargs {'hidden': [128]} do not fit backbone 'lenet5'"),
+        (["--model.network.backbone", "lenet5"],
+         "--model.network.backbone_kwargs {'hidden': [128]} do not fit backbone 'lenet5'"),
     ],
     ids=["method-ValueError", "method-TypeError", "data-ValueError", "backbone_kwargs"],
 )  # fmt: skip
@@ -185,7 +185,8 @@ def test_quickstart_composes_with_the_mnist_group(run_cli, tmp_path: Path, mnist
     """The digits' MLP options do not follow the run to MNIST's LeNet-5."""
     cli = run_cli("fit", "--config", QUICKSTART, "--config", str(CONFIGS / "data" / "mnist.yaml"),
                   "--data.data_dir", str(mnist_dir), "--trainer.fast_dev_run", "true")  # fmt: skip
-    assert cli.model.hparams.backbone == "lenet5" and cli.model.hparams.backbone_kwargs is None
+    network = cli.model.hparams.network
+    assert network["backbone"] == "lenet5" and network["backbone_kwargs"] is None
 
 
 def test_the_observability_recipes_record_once(monkeypatch, tmp_path: Path) -> None:

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import docstring_parser
 
-from noisylabels.methods import OptimizerOptions, SpeedOptions, StageSchedule
+from noisylabels.methods.core.groups import OPTION_GROUPS as GROUPS
 
 REPO = Path(__file__).resolve().parents[2]
 METHODS_DOC = REPO / "docs" / "methods.md"
-GROUPS = {"schedule": StageSchedule, "optim": OptimizerOptions, "speed": SpeedOptions}
 BLOCK = re.compile(
     r"(<!-- options: (\w+), generated [^\n]*-->\n)(.*?)(<!-- end of options -->)", re.S
 )

@@ -22,14 +22,14 @@ TESTS = Path(__file__).resolve().parent
 # state as well as on the data order
 QUICK = [
     "--config", str(CONFIGS / "quickstart.yaml"),
-    "--model.backbone_kwargs", "{hidden: [64], dropout: 0.2}",
+    "--model.network.backbone_kwargs", "{hidden: [64], dropout: 0.2}",
     "--trainer.limit_train_batches", "10", "--trainer.enable_model_summary", "false",
 ]  # fmt: skip
 REWEIGHT = [
     "--config", str(CONFIGS / "data" / "digits.yaml"),
     "--config", str(CONFIGS / "method" / "reweight.yaml"),
     "--model.schedule.warmup_epochs", "2", "--model.schedule.milestones", "[1]",
-    "--model.backbone_kwargs", "{hidden: [64], dropout: 0.2}",
+    "--model.network.backbone_kwargs", "{hidden: [64], dropout: 0.2}",
     "--trainer.max_epochs", "4", "--trainer.accelerator", "cpu",
     "--trainer.enable_model_summary", "false",
 ]  # fmt: skip
@@ -332,7 +332,7 @@ def test_resume_from_python_records_the_changed_run_length(tmp_path: Path) -> No
             max_epochs=epochs, limit_train_batches=2, default_root_dir=root, logger=False,
             enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
         )  # fmt: skip
-        model = CE(backbone="mlp", num_classes=10, input_shape=(1, 8, 8))
+        model = CE(network={"backbone": "mlp"}, num_classes=10, input_shape=(1, 8, 8))
         return fit_and_test(model, DigitsDataModule(), trainer, ckpt_path=ckpt_path, test=False)
 
     run(1, tmp_path / "first")

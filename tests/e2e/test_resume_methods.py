@@ -38,7 +38,7 @@ def fit_args(name: str) -> list[str]:
     args = [
         *("--config", str(CONFIGS / "data" / "digits.yaml")),
         *("--model", f"noisylabels.methods.{name}", "--model.alpha", "0.05"),
-        *("--model.backbone_kwargs", "{hidden: [64], dropout: 0.2}"),
+        *("--model.network.backbone_kwargs", "{hidden: [64], dropout: 0.2}"),
         *("--model.schedule.warmup_epochs", "1", "--trainer.max_epochs", "3"),
         *("--trainer.limit_train_batches", "5", "--trainer.limit_val_batches", "2"),
         *("--trainer.accelerator", "cpu", "--data.noise_rate", "0.3"),

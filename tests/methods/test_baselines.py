@@ -34,7 +34,7 @@ C = 3
 def two_networks(cls: type, **kwargs) -> nn.Module:
     """A two-network method on 1x1x2 inputs, with seeded random networks."""
     torch.manual_seed(0)
-    model = cls(backbone="mlp", num_classes=C, input_shape=(1, 1, 2), **kwargs)
+    model = cls(network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 1, 2), **kwargs)
     return model
 
 
@@ -217,7 +217,7 @@ def test_two_networks_have_one_optimizer_each() -> None:
 # --------------------------------------------------------------------------- T-Revision
 def trevision(**kwargs) -> TRevision:
     model = TRevision(
-        backbone="mlp",
+        network={"backbone": "mlp"},
         num_classes=C,
         input_shape=(1, 1, 2),
         transition=True,
@@ -331,7 +331,7 @@ def test_ptd_parts_from_features_and_part_matrices_from_anchor_points() -> None:
 
 
 def test_ptd_method_T_of_x_by_sample_and_checkpoint_round_trip() -> None:
-    model = PTD(backbone="mlp", num_classes=C, input_shape=(1, 1, 2), parts=2)
+    model = PTD(network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 1, 2), parts=2)
     weights = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
     A = torch.softmax(torch.randn(2, C, C), 2)
     model.weights = weights
@@ -339,8 +339,13 @@ def test_ptd_method_T_of_x_by_sample_and_checkpoint_round_trip() -> None:
     T = model.transition_at(torch.tensor([2, 0]))
     assert torch.allclose(T[0], 0.5 * (A[0] + A[1])) and torch.allclose(T[1], A[0])
     assert torch.allclose(T.sum(2), torch.ones(2, C))
-    fresh = PTD(backbone="mlp", num_classes=C, input_shape=(1, 1, 2), parts=2)
+    fresh = PTD(network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 1, 2), parts=2)
     fresh.load_state_dict(model.state_dict())  # the per-sample weights buffer is resized
     assert torch.equal(fresh.weights, weights)
     with pytest.raises(InputError, match="--model.schedule.warmup_epochs is 0"):
-        PTD(backbone="mlp", num_classes=C, input_shape=(1, 1, 2), schedule={"warmup_epochs": 0})
+        PTD(
+            network={"backbone": "mlp"},
+            num_classes=C,
+            input_shape=(1, 1, 2),
+            schedule={"warmup_epochs": 0},
+        )

@@ -218,7 +218,7 @@ def test_networks_with_sync_batchnorm_run_eagerly() -> None:
     up to compile; its all-reduce is not run inside compiled graphs: those networks run
     eagerly (one warning), the loss arithmetic stays compiled."""
     speed = {"compile": True, "compile_backend": "eager"}
-    model = CE(backbone="resnet18", input_shape=(3, 8, 8), speed=speed)
+    model = CE(network={"backbone": "resnet18"}, input_shape=(3, 8, 8), speed=speed)
     model.resolve_acceleration(CPU)
     model.speed.leave_collectives_eager(model.networks)  # no SyncBatchNorm: nothing changes
     assert model.net._compiled_call_impl is not None

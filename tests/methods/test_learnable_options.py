@@ -24,7 +24,9 @@ QUICKSTART = str(CONFIGS / "quickstart.yaml")
 
 
 def _method(name: str, **kwargs):
-    return registry()[name](backbone="mlp", num_classes=C, input_shape=(1, 8, 8), **kwargs)
+    return registry()[name](
+        network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 8, 8), **kwargs
+    )
 
 
 def _facts(batch_size: int, noise_rate: float = 0.4):

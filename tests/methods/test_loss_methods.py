@@ -20,7 +20,9 @@ ALPHA = 0.1
 
 def make(cls: type, **kwargs) -> torch.nn.Module:
     torch.manual_seed(0)
-    return cls(backbone="mlp", num_classes=C, input_shape=(1, 1, 2), alpha=ALPHA, **kwargs)
+    return cls(
+        network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 1, 2), alpha=ALPHA, **kwargs
+    )
 
 
 def fixed_batch() -> dict[str, torch.Tensor]:

@@ -73,7 +73,11 @@ class Estimate(L.Callback):
 def _estimate(cls, kwargs, precision: str, ckpt: Path, root: Path, accelerator: str) -> dict:
     probe = Estimate()
     model = cls(
-        backbone="mlp", num_classes=10, input_shape=SHAPE, schedule={"warmup_epochs": 1}, **kwargs
+        network={"backbone": "mlp"},
+        num_classes=10,
+        input_shape=SHAPE,
+        schedule={"warmup_epochs": 1},
+        **kwargs,
     )
     trainer = _trainer(precision, root, [probe], accelerator)
     trainer.fit(model, datamodule=_data(), ckpt_path=ckpt)
@@ -95,7 +99,11 @@ def test_estimate_from_a_bf16_mixed_checkpoint_equals_fp32(
     L.seed_everything(0)
     ckpt = tmp_path / "warmup.ckpt"
     model = cls(
-        backbone="mlp", num_classes=10, input_shape=SHAPE, schedule={"warmup_epochs": 1}, **kwargs
+        network={"backbone": "mlp"},
+        num_classes=10,
+        input_shape=SHAPE,
+        schedule={"warmup_epochs": 1},
+        **kwargs,
     )
     trainer = _trainer("bf16-mixed", tmp_path, [SaveWarmup(ckpt)], accelerator)
     trainer.fit(model, datamodule=_data())

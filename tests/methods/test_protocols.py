@@ -158,7 +158,7 @@ def test_trevision_three_stages(tmp_path) -> None:
     reweighting epoch with the revision's Adam moving network and ΔT."""
     probe = StageProbe()
     model = TRevision(
-        backbone="mlp",
+        network={"backbone": "mlp"},
         num_classes=10,
         input_shape=SHAPE,
         transition="estimate",
@@ -198,7 +198,7 @@ def test_revision_starts_from_the_best_epoch_of_the_stage(tmp_path) -> None:
 
     probe = Recorder()
     model = PTD(
-        backbone="mlp",
+        network={"backbone": "mlp"},
         num_classes=10,
         input_shape=SHAPE,
         schedule={"warmup_epochs": 1, "revision_epochs": 1},
@@ -242,7 +242,7 @@ def test_coteaching_preset_optimizer(tmp_path) -> None:
     """The Co-teaching reference's optimization reaches the optimizers: Adam at 1e-3 without
     weight decay for both networks."""
     model = CoTeaching(
-        backbone="mlp",
+        network={"backbone": "mlp"},
         num_classes=10,
         input_shape=SHAPE,
         optim={"optimizer": "adam", "lr": 1e-3, "weight_decay": 0.0},

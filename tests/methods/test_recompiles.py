@@ -115,7 +115,7 @@ def test_inductor_run_compiles_a_known_number_of_static_graphs(tmp_path: Path) -
     L.seed_everything(0)
     dm = DigitsDataModule(noise_rate=0.3, batch_size=128, eval_batch_size=500)
     model = Forward(
-        backbone="mlp",
+        network={"backbone": "mlp"},
         input_shape=SHAPE,
         alpha=0.1,
         transition="estimate",

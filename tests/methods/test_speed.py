@@ -52,7 +52,7 @@ def fresh_dynamo():
 def _model(cls: type[NoisyLabelMethod], compile: bool | str, **kwargs: Any) -> NoisyLabelMethod:
     torch.manual_seed(0)
     return cls(
-        backbone="mlp",
+        network={"backbone": "mlp"},
         num_classes=10,
         input_shape=SHAPE,
         alpha=0.1,
@@ -251,14 +251,14 @@ def test_auto_resolves_by_device(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_bad_speed_options(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        CE(backbone="mlp", input_shape=SHAPE, speed=kwargs)
+        CE(network={"backbone": "mlp"}, input_shape=SHAPE, speed=kwargs)
 
 
 def _fit(compile: bool, cls: type[NoisyLabelMethod], epochs: int, root: Path, **kwargs: Any):
     L.seed_everything(0)
     dm = DigitsDataModule(noise_rate=0.3, batch_size=128, eval_batch_size=512)
     model = cls(
-        backbone="mlp",
+        network={"backbone": "mlp"},
         num_classes=10,
         input_shape=SHAPE,
         alpha=0.05,
@@ -366,7 +366,7 @@ def test_training_steps_make_no_host_synchronization(
     L.seed_everything(0)
     dm = DigitsDataModule(batch_size=64, on_device=True)
     kwargs = {"transition": True} if cls is Forward else COTEACHING
-    model = cls(backbone="mlp", num_classes=10, input_shape=SHAPE, alpha=0.1, **kwargs)
+    model = cls(network={"backbone": "mlp"}, num_classes=10, input_shape=SHAPE, alpha=0.1, **kwargs)
     spy = NoHostSync(monkeypatch)
     trainer = tiny_trainer(
         max_epochs=2,

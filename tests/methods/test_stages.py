@@ -34,7 +34,7 @@ def scripted(main_stage_init: str, warmup_model: str = "best") -> tuple[Forward,
     accuracies 0.5, 0.7 (best), 0.6; returns it and, once the main stage starts, the weight
     the estimation point saw."""
     model = Forward(
-        backbone="mlp",
+        network={"backbone": "mlp"},
         num_classes=3,
         input_shape=(1, 1, 2),
         transition="estimate",
@@ -149,7 +149,7 @@ def test_momentum_and_reinit_in_a_real_fit(
     torch.manual_seed(0)
     data = MNISTDataModule(data_dir=str(mnist_dir), batch_size=16)
     model = Reweight(
-        backbone="lenet5",
+        network={"backbone": "lenet5"},
         schedule=StageSchedule(
             warmup_epochs=1, warmup_momentum=warmup_momentum, main_stage_init=main_stage_init
         ),

@@ -34,7 +34,9 @@ def vrnl(losses: torch.Tensor, alpha: float) -> torch.Tensor:
 # ---------------------------------------------------------------------------------- ELR
 def elr(**kwargs) -> ELR:
     torch.manual_seed(0)
-    model = ELR(backbone="mlp", num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs)
+    model = ELR(
+        network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs
+    )
     model.init_targets(N)
     return model
 
@@ -101,7 +103,9 @@ def test_elr_targets_are_in_the_state_dict_and_come_back() -> None:
 # ---------------------------------------------------------------------------------- SOP
 def sop(**kwargs) -> SOP:
     torch.manual_seed(0)
-    model = SOP(backbone="mlp", num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs)
+    model = SOP(
+        network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs
+    )
     model.init_parameters(N)
     return model
 
@@ -161,7 +165,9 @@ def test_sop_u_and_v_are_parameters_of_the_checkpoint_shape() -> None:
     model = sop()
     state = model.state_dict()
     assert state["u"].shape == (N, 1) and state["v"].shape == (N, C)
-    other = SOP(backbone="mlp", num_classes=C, input_shape=(1, 2, 2))  # made outside a run
+    other = SOP(
+        network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2)
+    )  # made outside a run
     other.load_state_dict(state)
     assert torch.equal(other.v, model.v) and torch.equal(other.u, model.u)
 
@@ -169,7 +175,9 @@ def test_sop_u_and_v_are_parameters_of_the_checkpoint_shape() -> None:
 # -------------------------------------------------------------------------------- CORES²
 def cores(**kwargs) -> CORES:
     torch.manual_seed(0)
-    return CORES(backbone="mlp", num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs)
+    return CORES(
+        network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs
+    )
 
 
 class _Trainer:

@@ -49,7 +49,7 @@ def tensorboard_tags(folder: Path) -> tuple[set[str], set[str], dict[str, int]]:
 
 # ------------------------------------------------------------------------------- VolMinNet
 def volmin(c: int = 4, **kwargs) -> VolMinNet:
-    return VolMinNet(backbone="mlp", num_classes=c, input_shape=(1, 1, 2), **kwargs)
+    return VolMinNet(network={"backbone": "mlp"}, num_classes=c, input_shape=(1, 1, 2), **kwargs)
 
 
 def assert_diagonal_dominant_stochastic(T: torch.Tensor) -> None:
@@ -134,7 +134,7 @@ def test_volmin_validation_uses_pT_and_test_uses_clean_p() -> None:
 
 # ------------------------------------------------------------------------------- Reweight
 def test_reweight_beta_hand_example_and_identity() -> None:
-    model = Reweight(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), **GIVEN_T)
+    model = Reweight(network={"backbone": "mlp"}, num_classes=3, input_shape=(1, 1, 2), **GIVEN_T)
     T = torch.tensor([[0.8, 0.2, 0.0], [0.1, 0.7, 0.2], [0.0, 0.3, 0.7]])
     model.store_transition(T)
     logits = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 0.5]])
@@ -153,7 +153,7 @@ def test_reweight_beta_hand_example_and_identity() -> None:
     logits = torch.randn(32, 3)
     labels = torch.randint(0, 3, (32,))
     assert torch.equal(model.importance_weights(torch.softmax(logits, 1), labels), torch.ones(32))
-    plain = CE(backbone="mlp", num_classes=3, input_shape=(1, 1, 2))
+    plain = CE(network={"backbone": "mlp"}, num_classes=3, input_shape=(1, 1, 2))
     batch = {"label": labels}
     assert torch.allclose(
         model.per_sample_loss(logits, batch), plain.per_sample_loss(logits, batch)
@@ -161,7 +161,7 @@ def test_reweight_beta_hand_example_and_identity() -> None:
 
 
 def test_reweight_detach_beta_switch() -> None:
-    kwargs = dict(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), **GIVEN_T)
+    kwargs = dict(network={"backbone": "mlp"}, num_classes=3, input_shape=(1, 1, 2), **GIVEN_T)
     T = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.6, 0.2], [0.1, 0.2, 0.7]])
     grads = {}
     for detach in (True, False):
@@ -177,7 +177,7 @@ def test_reweight_detach_beta_switch() -> None:
 
 # ------------------------------------------------------------------------------- estimated T
 def test_estimate_mode_warmup_state_and_checkpoint_round_trip() -> None:
-    kwargs = dict(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), **ESTIMATED_T)
+    kwargs = dict(network={"backbone": "mlp"}, num_classes=3, input_shape=(1, 1, 2), **ESTIMATED_T)
     model = Forward(**kwargs)
     assert model.in_warmup and model.transition() is None
     logits, labels = torch.randn(8, 3), torch.randint(0, 3, (8,))
@@ -327,7 +327,9 @@ def test_estimation_uses_outputs_without_augmentation(cifar10_dir) -> None:
     from noisylabels.data import CIFAR10DataModule
 
     dm = CIFAR10DataModule(data_dir=str(cifar10_dir), batch_size=16, augment=True)
-    model = Forward(backbone="mlp", num_classes=10, input_shape=(3, 32, 32), **ESTIMATED_T)
+    model = Forward(
+        network={"backbone": "mlp"}, num_classes=10, input_shape=(3, 32, 32), **ESTIMATED_T
+    )
     trainer = Trainer(accelerator="cpu", logger=False, limit_train_batches=2, max_epochs=1)
     dm.trainer = trainer
     model.trainer = trainer
@@ -389,7 +391,9 @@ def test_volmin_variance_term_reaches_the_classifier_not_T() -> None:
     torch.manual_seed(0)
     grads = {}
     for alpha in (0.0, 0.5):
-        model = VolMinNet(backbone="mlp", num_classes=4, input_shape=(1, 2, 2), alpha=alpha)
+        model = VolMinNet(
+            network={"backbone": "mlp"}, num_classes=4, input_shape=(1, 2, 2), alpha=alpha
+        )
         torch.manual_seed(1)
         for p in model.parameters():
             p.data.normal_(0, 0.5)

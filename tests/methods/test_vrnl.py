@@ -54,7 +54,9 @@ def test_bad_scope_and_shape() -> None:
 
 
 def test_forward_loss_against_hand_computation() -> None:
-    model = Forward(backbone="mlp", num_classes=3, input_shape=(1, 1, 2), transition=True)
+    model = Forward(
+        network={"backbone": "mlp"}, num_classes=3, input_shape=(1, 1, 2), transition=True
+    )
     T = torch.tensor([[0.8, 0.2, 0.0], [0.1, 0.7, 0.2], [0.0, 0.3, 0.7]])
     model.T.copy_(T)
     logits = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 0.5]])
@@ -68,7 +70,7 @@ def test_forward_loss_against_hand_computation() -> None:
     assert torch.allclose(got, expected, atol=1e-6)
     # with T = I, Forward is cross-entropy
     model.T.copy_(torch.eye(3))
-    ce = CE(backbone="mlp", num_classes=3, input_shape=(1, 1, 2))
+    ce = CE(network={"backbone": "mlp"}, num_classes=3, input_shape=(1, 1, 2))
     assert torch.allclose(
         model.per_sample_loss(logits, {"label": labels}),
         ce.per_sample_loss(logits, {"label": labels}),
@@ -100,8 +102,8 @@ def test_bad_model_arguments() -> None:
     with pytest.raises(ValueError, match="--model.optim.optimizer must be one of"):
         CE(optim={"optimizer": "lbfgs"})
     with pytest.raises(ValueError, match="unknown backbone|available"):
-        CE(backbone="vgg99")
+        CE(network={"backbone": "vgg99"})
     with pytest.raises(FileNotFoundError, match="transition file"):
         Forward(transition="/no/such/T.csv")
     with pytest.raises(ValueError, match="resnet50 only"):
-        CE(backbone="lenet5", pretrained=True)
+        CE(network={"backbone": "lenet5", "pretrained": True})

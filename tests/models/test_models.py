@@ -93,8 +93,8 @@ def test_resnet50_pretrained_missing_weights(tmp_path, monkeypatch) -> None:
     with pytest.raises(FileNotFoundError) as excinfo:
         resnet50(num_classes=14, pretrained=True)
     msg = str(excinfo.value)
-    assert "--model.pretrained false" in msg
-    assert "--model.weights_path" in msg
+    assert "--model.network.pretrained false" in msg
+    assert "--model.network.weights_path" in msg
     assert str(tmp_path / "hub" / "checkpoints" / "resnet50-0676ba61.pth") in msg
 
 

@@ -13,7 +13,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from noisylabels.data import DigitsDataModule
-from noisylabels.methods import Forward, OptimizerOptions, StageSchedule
+from noisylabels.methods import Forward, NetworkOptions, OptimizerOptions, StageSchedule
 from noisylabels.run import fit_and_test
 
 from conftest import CONFIGS, REPO, read_results
@@ -49,8 +49,7 @@ def quickstart_in_python(root: Path, **options) -> dict:
     model = Forward(
         num_classes=data.num_classes,
         input_shape=data.input_shape,
-        backbone="mlp",
-        backbone_kwargs={"hidden": [128]},
+        network=NetworkOptions(backbone="mlp", backbone_kwargs={"hidden": [128]}),
         alpha=0.1,
         transition=True,
         schedule=StageSchedule(main_epochs=15, milestones=[10]),
@@ -134,7 +133,9 @@ def test_a_checkpoint_of_the_callers_is_kept(tmp_path: Path) -> None:
 
     L.seed_everything(0)
     data = DigitsDataModule(noise_rate=0.4)
-    model = Forward(num_classes=10, input_shape=data.input_shape, backbone="mlp", transition=True)
+    model = Forward(
+        num_classes=10, input_shape=data.input_shape, network={"backbone": "mlp"}, transition=True
+    )
     mine = ModelCheckpoint(monitor="val/loss", mode="min")
     trainer = L.Trainer(max_epochs=2, default_root_dir=tmp_path, enable_progress_bar=False,
                         callbacks=[mine])  # fmt: skip

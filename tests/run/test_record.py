@@ -62,7 +62,11 @@ def quickstart_in_python(root: Path) -> None:
     L.seed_everything(0, workers=True)
     data = DigitsDataModule(noise_rate=0.4)
     model = Forward(
-        num_classes=10, input_shape=data.input_shape, backbone="mlp", transition=True, alpha=0.1
+        num_classes=10,
+        input_shape=data.input_shape,
+        network={"backbone": "mlp"},
+        transition=True,
+        alpha=0.1,
     )
     trainer = L.Trainer(
         max_epochs=2, limit_train_batches=3, default_root_dir=root, enable_progress_bar=False

@@ -25,7 +25,7 @@ from conftest import CONFIGS, REPO
 SWEEP = """\
 name: demo
 base: [{quickstart}]
-args: {{model.backbone_kwargs: {{hidden: [64], dropout: 0.2}}}}
+args: {{model.network.backbone_kwargs: {{hidden: [64], dropout: 0.2}}}}
 axes:
   method:
     forward: {{model.alpha: 0.0}}

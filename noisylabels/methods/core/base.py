@@ -31,6 +31,7 @@ from noisylabels.methods.core.acceleration import Acceleration, SpeedOptions
 from noisylabels.methods.core.distributed import drop_gradients, with_zero_gradients, world
 from noisylabels.methods.core.evaluation import split_logits
 from noisylabels.methods.core.groups import option_group
+from noisylabels.methods.core.networks import NetworkOptions
 from noisylabels.methods.core.optim import OptimizerOptions
 from noisylabels.methods.core.staged import StagedModule
 from noisylabels.methods.core.stages import StageSchedule
@@ -40,17 +41,18 @@ from noisylabels.methods.core.vrnl import (
     check_variance_samples,
     warn_nonpositive_weights,
 )
-from noisylabels.models import build_backbone
 from noisylabels.noise import DataFacts, data_facts_of, estimation_error
+
+OPTIM_DEFAULTS = {field.name: field.default for field in dataclasses.fields(OptimizerOptions)}
 
 
 class NoisyLabelMethod(StagedModule):
     """Base of all methods; trains on the VRNL objective of the method's per-sample losses.
 
     Args:
-        backbone: ``lenet5``, ``mlp``, ``resnet18``, ``resnet32``, ``resnet34`` or ``resnet50``.
         num_classes: number of classes (linked from the data module by the CLI).
         input_shape: ``(C, H, W)`` of the images (linked from the data module by the CLI).
+        network: what each network is: the backbone, its own arguments, pretrained weights.
         alpha: VRNL coefficient: ``> 0`` increases the loss variance, ``0`` is the base method,
             ``< 0`` penalizes the variance.
         variance_scope: ``global`` (variance over the batch of all DDP processes) or ``local``.
@@ -58,10 +60,6 @@ class NoisyLabelMethod(StagedModule):
             learning rate of every epoch.
         optim: the optimizer (paper: SGD, lr 0.01, momentum 0.9, weight decay 1e-4).
         speed: how the networks run (compiled, channels-last); never what they compute.
-        pretrained: start from ImageNet weights (``resnet50`` only; from torchvision's local
-            cache or ``weights_path``).
-        weights_path: a state-dict file of pretrained backbone weights.
-        backbone_kwargs: extra arguments of the backbone factory (e.g. ``hidden`` of ``mlp``).
         weight_warning: warn when more than this fraction of an epoch's samples get a
             non-positive VRNL weight ``1 + 2 alpha (mean(l) - l_i)``.
 
@@ -73,17 +71,14 @@ class NoisyLabelMethod(StagedModule):
 
     def __init__(
         self,
-        backbone: str = "lenet5",
         num_classes: int = 10,
         input_shape: Sequence[int] = (1, 28, 28),
+        network: NetworkOptions = NetworkOptions(),
         alpha: float = 0.0,
         variance_scope: str = "global",
         schedule: StageSchedule = StageSchedule(),
         optim: OptimizerOptions = OptimizerOptions(),
         speed: SpeedOptions = SpeedOptions(),
-        pretrained: bool = False,
-        weights_path: str | None = None,
-        backbone_kwargs: dict[str, Any] | None = None,
         weight_warning: float = 0.05,
     ) -> None:
         super().__init__()
@@ -91,6 +86,7 @@ class NoisyLabelMethod(StagedModule):
             raise InputError(
                 f"--model.variance_scope must be one of {SCOPES}, got {variance_scope!r}"
             )
+        self.network_options = option_group("network", network)
         self.schedule = option_group("schedule", schedule)
         self.optim = option_group("optim", optim)
         speed = option_group("speed", speed)
@@ -99,8 +95,21 @@ class NoisyLabelMethod(StagedModule):
                 "--model.schedule.warmup_momentum is SGD's momentum; --model.optim.optimizer "
                 f"{self.optim.optimizer!r} has none (set --model.schedule.warmup_momentum null)"
             )
+        for name in ("revision_lr", "revision_weight_decay"):
+            value, default = getattr(self.optim, name), OPTIM_DEFAULTS[name]
+            if value != default and int(self.schedule.revision_epochs) == 0:
+                raise InputError(
+                    f"--model.optim.{name} {value} would have no effect: there is no revision "
+                    f"stage (--model.schedule.revision_epochs 0). Leave it out (or at its "
+                    f"default, {default})"
+                )
         self.save_hyperparameters()
-        groups = {"schedule": self.schedule, "optim": self.optim, "speed": speed}
+        groups = {
+            "network": self.network_options,
+            "schedule": self.schedule,
+            "optim": self.optim,
+            "speed": speed,
+        }
         # the groups as plain mappings: a checkpoint's hyperparameters load weights-only
         self.save_hyperparameters({k: dataclasses.asdict(v) for k, v in groups.items()})
         self.num_classes = num_classes
@@ -123,16 +132,7 @@ class NoisyLabelMethod(StagedModule):
     def build_network(self) -> nn.Module:
         """A new backbone as the options describe, in the run's memory format (also used to
         add further networks and for fresh weights; ``add_network`` compiles what it adds)."""
-        hp = self.hparams
-        kwargs = dict(hp.backbone_kwargs or {})
-        if hp.pretrained or hp.weights_path:
-            if hp.backbone != "resnet50":
-                raise InputError(
-                    f"pretrained weights are available for resnet50 only, not {hp.backbone!r}; "
-                    "set --model.pretrained false"
-                )
-            kwargs.update(pretrained=True, weights_path=hp.weights_path)
-        net = build_backbone(hp.backbone, self.num_classes, tuple(hp.input_shape), **kwargs)
+        net = self.network_options.build(self.num_classes, self.hparams.input_shape)
         return self.speed.layout(net)
 
     # ---------------------------------------------------------------- what a method defines

@@ -1,5 +1,6 @@
-"""A method's option groups: ``--model.schedule.*`` (:class:`StageSchedule`), ``--model.optim.*``
-(:class:`OptimizerOptions`) and ``--model.speed.*`` (:class:`SpeedOptions`), each a frozen
+"""A method's option groups: ``--model.network.*`` (:class:`NetworkOptions`),
+``--model.schedule.*`` (:class:`StageSchedule`), ``--model.optim.*`` (:class:`OptimizerOptions`)
+and ``--model.speed.*`` (:class:`SpeedOptions`), each a frozen
 dataclass that declares, defaults, checks and documents its options. A method takes each group
 as its dataclass or as a mapping of some of its options (a checkpoint's hyperparameters hold
 them as mappings; a config nests them under ``model.init_args``).
@@ -13,11 +14,13 @@ from typing import Any, TypeVar
 
 from noisylabels.errors import InputError
 from noisylabels.methods.core.acceleration import SpeedOptions
+from noisylabels.methods.core.networks import NetworkOptions
 from noisylabels.methods.core.optim import OptimizerOptions
 from noisylabels.methods.core.stages import StageSchedule
 
 Group = TypeVar("Group")
 OPTION_GROUPS: dict[str, type] = {
+    "network": NetworkOptions,
     "schedule": StageSchedule,
     "optim": OptimizerOptions,
     "speed": SpeedOptions,

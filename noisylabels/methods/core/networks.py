@@ -1,4 +1,5 @@
-"""The networks of a method, by name: copies of their weights and in-place loads.
+"""The networks of a method: what each is (:class:`NetworkOptions`, the ``--model.network.*``
+group), and by name, copies of their weights and in-place loads.
 
 A method's networks are ``self.net`` (network 0) and those of ``add_network`` (Co-teaching,
 MentorNet, Decoupling, ...), named ``net``, ``net1``, ``net2``, ...: what ``warmup_model: best``
@@ -8,11 +9,59 @@ keeps and ``main_stage_init: reinit`` re-initialises. Weights are always replace
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+
+from noisylabels.errors import InputError
+from noisylabels.models import BACKBONES, build_backbone
+
+OPTION = "--model.network."
+PRETRAINED = ("resnet50",)
+"""The backbones with ImageNet weights to start from."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkOptions:
+    """What each of a method's networks is (every network of a method is alike).
+
+    Attributes:
+        backbone: ``lenet5``, ``mlp``, ``resnet18``, ``resnet32``, ``resnet34`` or ``resnet50``
+            (``noisylabels.models.BACKBONES``).
+        pretrained: start from ImageNet weights (``resnet50`` only; from torchvision's local
+            cache or ``weights_path``).
+        weights_path: a state-dict file of pretrained backbone weights (implies ``pretrained``).
+        backbone_kwargs: extra arguments of the backbone factory (e.g. ``hidden`` of ``mlp``);
+            ``null`` for the backbone's defaults.
+    """
+
+    backbone: str = "lenet5"
+    pretrained: bool = False
+    weights_path: str | None = None
+    backbone_kwargs: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse an unknown backbone, and pretrained weights for a backbone that has none."""
+        if self.backbone not in BACKBONES:
+            raise InputError(
+                f"Unknown backbone {self.backbone!r} ({OPTION}backbone); "
+                f"available: {', '.join(sorted(BACKBONES))}"
+            )
+        if (self.pretrained or self.weights_path) and self.backbone not in PRETRAINED:
+            raise InputError(
+                f"pretrained weights are available for {', '.join(PRETRAINED)} only, not "
+                f"{self.backbone!r}; set {OPTION}pretrained false"
+            )
+
+    def build(self, num_classes: int, input_shape: Sequence[int]) -> nn.Module:
+        """A new network with fresh (or the pretrained) weights."""
+        kwargs = dict(self.backbone_kwargs or {})
+        if self.pretrained or self.weights_path:
+            kwargs.update(pretrained=True, weights_path=self.weights_path)
+        return build_backbone(self.backbone, num_classes, tuple(input_shape), **kwargs)
 
 
 def named_networks(networks: Sequence[nn.Module]) -> dict[str, nn.Module]:

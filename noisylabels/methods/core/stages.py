@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -140,6 +140,63 @@ class StageSchedule:
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
                 raise InputError(f"{OPTION}{name} must be in [0, 1), got {value}")
+        inert = self.inert_options()
+        if inert:
+            name, reason = inert[0]
+            raise InputError(
+                f"{OPTION}{name} {_text(getattr(self, name))} would have no effect: {reason}. "
+                f"Leave it out (or at its default, {_text(_DEFAULTS[name])})"
+                + (", or give it as []" if isinstance(_DEFAULTS[name], tuple) else "")
+            )
+
+    def inert_options(self) -> list[tuple[str, str]]:
+        """The options given a value other than their default that this schedule would never
+        use, each with the reason: an option is applied or refused, never silently dropped.
+        An empty milestone list counts as not given."""
+        # a warm-up switched off (warmup_epochs 0) is switched off with its options: a given T
+        # runs no warm-up under a group written for an estimated one
+        warm = int(self.warmup_epochs)
+        uses = {
+            "warmup_milestones": (
+                not warm or all(int(m) < warm for m in self.warmup_milestones),
+                f"they must lie within the warm-up's {warm} epochs",
+            ),
+            "revision_model": (int(self.revision_epochs) > 0, "there is no revision stage"),
+        }
+        multistep = self.lr_schedule == "multistep"
+        for name in ("milestones", "milestones_from"):
+            uses[name] = (multistep, f"lr_schedule is {self.lr_schedule}, not multistep")
+        if multistep:
+            last = int(self.main_epochs) + (
+                int(self.warmup_epochs) if self.milestones_from == "start" else 0
+            )
+            uses["milestones"] = (
+                all(int(m) < last for m in self.milestones),
+                f"a milestone at or past epoch {last} ({self.main_epochs} epochs of the method's "
+                f"own stage, counted from {self.milestones_from}) is never reached",
+            )
+        lowers = (multistep and bool(self.milestones)) or bool(warm and self.warmup_milestones)
+        uses["lr_gamma"] = (lowers, "there is no milestone to multiply the learning rate at")
+        for name in ("decay_start", "decay_beta1"):
+            uses[name] = (
+                self.lr_schedule == "linear",
+                f"lr_schedule is {self.lr_schedule}, not linear",
+            )
+        if self.lr_schedule == "linear":
+            uses["decay_start"] = (
+                int(self.decay_start) < int(self.main_epochs),
+                f"the method's own stage ends after {self.main_epochs} epochs, before the decay",
+            )
+        for name in ("cosine_period", "min_lr"):
+            uses[name] = (
+                self.lr_schedule == "cosine",
+                f"lr_schedule is {self.lr_schedule}, not cosine",
+            )
+        return [
+            (name, reason)
+            for name, (used, reason) in uses.items()
+            if not used and _given(name, getattr(self, name))
+        ]
 
     @property
     def total_epochs(self) -> int:
@@ -254,6 +311,24 @@ class StageSchedule:
         if revision_length <= 0 or max_epochs is None or max_epochs < 0:
             return None
         return max_epochs - revision_length
+
+
+_DEFAULTS = {field.name: field.default for field in fields(StageSchedule)}
+
+
+def _given(name: str, value: Any) -> bool:
+    """Whether ``value`` of the schedule option ``name`` is other than its default (an empty
+    milestone list is none given)."""
+    if isinstance(_DEFAULTS[name], tuple) and not value:
+        return False
+    return value != _DEFAULTS[name]
+
+
+def _text(value: Any) -> str:
+    """An option's value as the command line writes it."""
+    if isinstance(value, tuple):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return "null" if value is None else str(value)
 
 
 class StagedLR(torch.optim.lr_scheduler.LRScheduler):
