@@ -71,6 +71,9 @@ class NoisyLabelMethod(StagedModule):
     """
 
     abstract = True  # a base of methods, not one itself (see methods.core.registry)
+    views_needed: int = 1
+    """Augmented views of every image the method's training batches need (``--data.views``;
+    DivideMix: 2); a run whose data serves fewer is refused before training."""
 
     def __init__(
         self,
@@ -190,6 +193,17 @@ class NoisyLabelMethod(StagedModule):
         many it keeps)."""
         return batch_size
 
+    def check_views(self) -> None:
+        """Refuse a run whose training batches hold fewer augmented views than
+        :attr:`views_needed`."""
+        facts = self.data_facts()
+        if facts is not None and facts.views < self.views_needed:
+            raise InputError(
+                f"{type(self).__name__} trains on {self.views_needed} augmented views of every "
+                f"image, but the data serves {facts.views}: add --data.views "
+                f"{self.views_needed} (the method's config group and presets set it)"
+            )
+
     def check_variance_samples(self, world_size: int = 1) -> None:
         """Refuse VRNL where the variance of a step's losses covers fewer than 2 samples
         (:func:`~noisylabels.methods.core.vrnl.check_variance_samples`)."""
@@ -288,6 +302,7 @@ class NoisyLabelMethod(StagedModule):
         self.resolve_acceleration(device, world_size)
         if stage == "fit":
             self.check_stages_fit()
+            self.check_views()
             self.check_variance_samples(world_size)
             self.speed.check_accumulation(getattr(self.trainer, "accumulate_grad_batches", 1))
 
