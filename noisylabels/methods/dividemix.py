@@ -190,25 +190,26 @@ class DivideMix(NoisyLabelMethod):
         """Fit each network's mixture to its losses over the training split; its clean
         probabilities divide the data for the other network."""
         hp = self.hparams
-        losses = result.of_training_split()
+        indices = result.indices[result.counts[result.indices] > 0]  # unreadable images out
+        losses = result.values[:, indices]
         probs = torch.zeros(2, result.values.shape[1], device=self.device)
         for k in range(2):
             seed = (torch.initial_seed() * 1_000_003 + 2 * self.current_epoch + k) % 2**32
-            probs[k, result.indices] = clean_probability(
+            probs[k, indices] = clean_probability(
                 losses[k], int(hp.gmm_max_iter), float(hp.gmm_tol), float(hp.gmm_reg_covar), seed
             ).to(self.device)
         if world()[0] > 1:  # one mixture for all: process 0's
             dist.broadcast(probs, src=0)
         self.clean_prob = probs
         facts = self.data_facts()
-        labeled = probs[:, result.indices] > float(hp.p_threshold)
+        labeled = probs[:, indices] > float(hp.p_threshold)
         self.division_stats = {
             f"train/{'' if k == 0 else f'net{k}/'}labeled_frac": float(labeled[k].float().mean())
             for k in range(2)
         }
         if facts is not None:
-            clean = facts.clean_labels[result.indices.cpu()].to(self.device)
-            noisy = facts.noisy_labels[result.indices.cpu()].to(self.device)
+            clean = facts.clean_labels[indices.cpu()].to(self.device)
+            noisy = facts.noisy_labels[indices.cpu()].to(self.device)
             known = clean >= 0
             if bool(known.any()):
                 correct = (clean == noisy) & known

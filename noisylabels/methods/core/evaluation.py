@@ -92,9 +92,10 @@ class TrainingPass:
     Attributes:
         values: ``(K, N)`` float32, ``values[k, i]`` the value of network ``k`` for the sample
             of dataset index ``i`` (``N``: the training set with its validation split); NaN
-            at indices outside the training split.
+            at indices outside the training split (and of images a file-backed data set
+            could not read).
         counts: ``(N,)`` how many times the pass evaluated each index, over all processes (1
-            for every training index, 0 elsewhere).
+            for every training index, 0 elsewhere and for unreadable images).
         indices: the training split's dataset indices, sorted.
     """
 
@@ -120,8 +121,9 @@ def training_pass(
     Under DDP each process evaluates every ``W``-th batch of the split (each training index on
     exactly one process) and writes its rows into a zero table; the tables are summed over the
     processes, which is exact (every entry is one value plus zeros), so every process holds the
-    same full table, equal to the one a single process computes. A run that does not cover
-    every training index exactly once raises ``RuntimeError``."""
+    same full table, equal to the one a single process computes. A pass that sees a sample
+    twice or outside the training split raises ``RuntimeError``; an image a file-backed data set
+    cannot read is skipped (count 0, value NaN), as training skips it."""
     if facts is None:
         raise InputError(
             f"{type(method).__name__} needs a noisylabels data module (one with data_facts) to "
@@ -154,7 +156,7 @@ def training_pass(
     indices = facts.train_indices.to(device).sort().values
     inside = torch.zeros_like(counts, dtype=torch.bool)
     inside[indices] = True
-    if not (bool((counts[indices] == 1).all()) and bool((counts[~inside] == 0).all())):
-        raise RuntimeError("the pass over the training split did not see every sample once")
-    values[:, ~inside] = torch.nan
+    if not (bool((counts[indices] <= 1).all()) and bool((counts[~inside] == 0).all())):
+        raise RuntimeError("the pass over the training split saw a sample twice or outside it")
+    values[:, counts == 0] = torch.nan  # outside the split, or an image that could not be read
     return TrainingPass(values, counts.long(), indices)
