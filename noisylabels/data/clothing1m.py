@@ -148,6 +148,9 @@ class Clothing1MDataModule(ImageFileDataModule):
         image_size: crop size fed to the network (default 224).
         resize_size: the shorter image side is resized to this before cropping (default 256).
         max_skipped_fraction: largest fraction of unreadable test images a test accepts.
+        views: augmented views of every training image (see
+            :class:`~noisylabels.data.module.NoisyDataModule`): each a random crop of the one
+            decoded image, flipped on the device.
     """
 
     name: ClassVar[str] = "clothing1m"
@@ -170,6 +173,7 @@ class Clothing1MDataModule(ImageFileDataModule):
         image_size: int = 224,
         resize_size: int = 256,
         max_skipped_fraction: float = 0.01,
+        views: int = 1,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise InputError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -188,6 +192,7 @@ class Clothing1MDataModule(ImageFileDataModule):
             resize_size=resize_size,
             samples_per_class=samples_per_class,
             max_skipped_fraction=max_skipped_fraction,
+            views=views,
         )
         self.protocol = protocol
         self.class_names: list[str] = []

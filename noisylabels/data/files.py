@@ -49,13 +49,17 @@ def key_array(keys: list[str]) -> np.ndarray:
     return np.array([k.encode("utf-8") for k in keys], dtype=np.bytes_)
 
 
-def load_image(path: Path, image_size: int, resize_size: int, train: bool) -> Tensor:
+def load_image(
+    path: Path, image_size: int, resize_size: int, train: bool, views: int = 1
+) -> Tensor:
     """Read and decode one image (JPEG, PNG, GIF or WebP) to uint8 RGB
     ``(3, image_size, image_size)``.
 
     The shorter side is resized to ``resize_size`` (antialiased bilinear), then a random
     (``train``) or center crop of ``image_size`` is taken; the result is a view into the resized
-    image (:func:`collate_images` copies it into the batch once).
+    image (:func:`collate_images` copies it into the batch once). ``views > 1`` (with
+    ``train``): ``(views, 3, image_size, image_size)``, an independent random crop of the one
+    decoded image each.
     """
     from torchvision.io import ImageReadMode, decode_image, read_file
     from torchvision.transforms.v2 import functional as TF
@@ -63,29 +67,33 @@ def load_image(path: Path, image_size: int, resize_size: int, train: bool) -> Te
     image = decode_image(read_file(str(path)), mode=ImageReadMode.RGB)
     image = TF.resize(image, [resize_size], antialias=True)
     _, h, w = image.shape
-    if train:
+    if not train:
+        return TF.center_crop(image, [image_size, image_size])
+    crops = []
+    for _ in range(views):
         top = int(torch.randint(0, h - image_size + 1, ()))
         left = int(torch.randint(0, w - image_size + 1, ()))
-        image = TF.crop(image, top, left, image_size, image_size)
-    else:
-        image = TF.center_crop(image, [image_size, image_size])
-    return image
+        crops.append(TF.crop(image, top, left, image_size, image_size))
+    return crops[0] if views == 1 else torch.stack(crops)
 
 
-def _image_batch(n: int, image_size: int) -> Tensor:
-    """Empty uint8 ``(n, 3, image_size, image_size)``; inside a DataLoader worker it lives in
-    shared memory, so handing the batch to the main process copies nothing more."""
-    shape = (n, 3, image_size, image_size)
+def _image_batch(n: int, image_size: int, views: int = 1) -> Tensor:
+    """Empty uint8 ``(n, 3, image_size, image_size)`` (``(n, views, 3, ...)`` for several
+    views); inside a DataLoader worker it lives in shared memory, so handing the batch to the
+    main process copies nothing more."""
+    shape = (n, 3, image_size, image_size) if views == 1 else (n, views, 3, image_size, image_size)
     if get_worker_info() is None:
         return torch.empty(shape, dtype=torch.uint8)
-    storage = torch.UntypedStorage._new_shared(n * 3 * image_size * image_size)
+    storage = torch.UntypedStorage._new_shared(n * views * 3 * image_size * image_size)
     return torch.empty(0, dtype=torch.uint8).set_(storage, 0, shape)
 
 
-def collate_images(items: list[dict[str, Any] | None], image_size: int) -> dict[str, Tensor]:
+def collate_images(
+    items: list[dict[str, Any] | None], image_size: int, views: int = 1
+) -> dict[str, Tensor]:
     """Stack decoded samples into a batch dict, dropping the ``None`` markers of bad images."""
     kept = [item for item in items if item is not None]
-    images = _image_batch(len(kept), image_size)
+    images = _image_batch(len(kept), image_size, views)
     if kept:
         torch.stack([item["image"] for item in kept], out=images)
     return {
@@ -145,7 +153,8 @@ class ImageFileDataset(Dataset):
     every image failed is refilled from random other images so it is never empty; an evaluation
     batch stays empty (:class:`NonEmptyBatches` drops it). Where no image can be decoded at all,
     :class:`~noisylabels.errors.InputError` says so. Crops are random where ``random_crop``
-    (default: ``train``), centered otherwise.
+    (default: ``train``), centered otherwise; with ``views > 1`` a random-crop dataset crops
+    every image that many times (``image``: ``(views, 3, S, S)`` per sample).
     """
 
     def __init__(
@@ -160,6 +169,7 @@ class ImageFileDataset(Dataset):
         resize_size: int = 256,
         random_crop: bool | None = None,
         skipped: Tensor | None = None,
+        views: int = 1,
     ) -> None:
         self.root = Path(root)
         self.keys = keys
@@ -171,6 +181,7 @@ class ImageFileDataset(Dataset):
         self.resize_size = resize_size
         self.random_crop = train if random_crop is None else random_crop
         self.skipped = torch.zeros(len(keys), dtype=torch.bool) if skipped is None else skipped
+        self.views = views if self.random_crop else 1
         self._warned = 0
 
     def __len__(self) -> int:
@@ -183,7 +194,9 @@ class ImageFileDataset(Dataset):
     def _decode(self, i: int) -> Tensor | None:
         key = self.keys[i].decode("utf-8")
         try:
-            return load_image(self.root / key, self.image_size, self.resize_size, self.random_crop)
+            return load_image(
+                self.root / key, self.image_size, self.resize_size, self.random_crop, self.views
+            )
         except (RuntimeError, OSError, ValueError) as err:
             self.skipped[i] = True
             if self._warned < _MAX_ITEM_WARNINGS:
@@ -220,7 +233,7 @@ class ImageFileDataset(Dataset):
                     "be decoded; check that --data.data_dir holds a complete copy of the "
                     "dataset with readable image files"
                 )
-        return collate_images(items, self.image_size)
+        return collate_images(items, self.image_size, self.views)
 
 
 class NonEmptyBatches(DataLoader):

@@ -8,6 +8,9 @@ cannot be learned are refused before any training: those whose clean class is no
 of its noisy labels (by the label source), and a training split without a label of some class.
 Every batch is a dict ``{"image", "label", "clean_label", "index"}`` where ``label`` is the
 (noisy) label and ``clean_label`` is ``-1`` where the clean label is unknown (real-world noise).
+With ``views: K > 1`` a training batch also holds ``"views"``, ``(K, B, C, H, W)``: ``K``
+independently augmented views of every image (``views[0]`` is ``"image"``), for methods that
+compare or mix several views of one sample (DivideMix).
 Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``.
 """
 
@@ -76,6 +79,11 @@ class NoisyDataModule(L.LightningDataModule):
             gather on the host and copy. ``auto``: on a GPU (any accelerator), not on the CPU;
             ``true`` also on the CPU; ``false``: host ``DataLoader``. File-backed datasets
             always load on the host (``true`` is refused for them).
+        views: augmented views of every training image: 1 (default) serves ``"image"`` alone;
+            ``K > 1`` adds ``"views"`` ``(K, B, C, H, W)`` to every training batch, each view
+            an independent draw of the augmentation (``views[0]`` is ``"image"``; without
+            augmentation the views are equal). Validation, test and evaluation batches have
+            one view.
 
     Subclasses declare their facts as class attributes (``name``, ``num_classes``,
     ``input_shape``, ``mean``/``std``, ``semantic_flips`` for semantic noise,
@@ -114,10 +122,13 @@ class NoisyDataModule(L.LightningDataModule):
         normalize: bool = True,
         download: bool = False,
         on_device: bool | str = "auto",
+        views: int = 1,
     ) -> None:
         super().__init__()
         if on_device not in ON_DEVICE:
             raise InputError(f"--data.on_device must be auto, true or false, got {on_device!r}")
+        if int(views) < 1:
+            raise InputError(f"--data.views must be >= 1, got {views}")
         self.noise_type = noise_type
         self.rate_nominal = noise_rate
         self.noise_seed = noise_seed
@@ -137,6 +148,7 @@ class NoisyDataModule(L.LightningDataModule):
         self.augment = self.default_augment if augment is None else augment
         self.download = download
         self.on_device = on_device
+        self.views = int(views)
         self._device_copies: dict[int, Any] = {}
         mean, std = (self.mean, self.std) if normalize else self.unit_statistics()
         self.transform = BatchTransform(mean, std, augment=self.augment)
@@ -286,6 +298,7 @@ class NoisyDataModule(L.LightningDataModule):
             eval_batches=self.train_eval_batches,
             batch_size=self.batch_size,
             val_labels=self.validation_labels(),
+            views=self.views,
         )
 
     def validation_labels(self) -> Tensor:
@@ -423,11 +436,32 @@ class NoisyDataModule(L.LightningDataModule):
         return self.test_dataloader()
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Normalize (and, while training, augment) the whole batch on its device."""
+        """Normalize (and, while training, augment) the whole batch on its device; while
+        training with ``views > 1``, every view in one call (:func:`augmented_views`)."""
         if isinstance(batch, dict) and "image" in batch:
             training = self.trainer is not None and self.trainer.training
-            batch["image"] = self.transform(batch["image"], train=training)
+            if training and self.views > 1:
+                batch["views"] = augmented_views(batch["image"], self.transform, self.views)
+                batch["image"] = batch["views"][0]
+            else:
+                batch["image"] = self.transform(batch["image"], train=training)
         return batch
+
+
+def augmented_views(images: Tensor, transform: BatchTransform, views: int) -> Tensor:
+    """``(K, B, C, H, W)``: ``views`` (K) independently augmented, normalized views of a batch.
+
+    ``images`` is ``(B, C, H, W)`` (in-memory data: each view is a new draw of the batched
+    augmentation over the repeated batch, in one call) or ``(B, K, C, H, W)`` (file-backed data
+    whose workers cropped each image ``K`` times; the device adds the flip of each view)."""
+    if images.ndim == 5:
+        if images.shape[1] != views:
+            raise ValueError(f"expected {views} views per image, got {images.shape[1]}")
+        stacked = images.transpose(0, 1).reshape(-1, *images.shape[2:])
+    else:
+        stacked = images.repeat(views, *([1] * (images.ndim - 1)))
+    out = transform(stacked, train=True)
+    return out.view(views, -1, *out.shape[1:])
 
 
 # the help of --data.noise_type lists the registered noise kinds

@@ -26,6 +26,7 @@ from noisylabels.methods.core import (
 from noisylabels.methods.cores import CORES
 from noisylabels.methods.coteaching import CoTeaching
 from noisylabels.methods.decoupling import Decoupling
+from noisylabels.methods.dividemix import DivideMix
 from noisylabels.methods.elr import ELR
 from noisylabels.methods.forward import Forward
 from noisylabels.methods.gce import GCE
@@ -45,6 +46,7 @@ __all__ = [
     "CORES",
     "CoTeaching",
     "Decoupling",
+    "DivideMix",
     "ELR",
     "EpochStatistics",
     "Forward",

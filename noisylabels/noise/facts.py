@@ -51,6 +51,8 @@ class DataFacts:
         val_labels: the labels validation accuracy is scored against (the noisy labels of the
             held-out split, or the clean labels of a separate validation set); ``None`` where
             unknown.
+        views: augmented views of every image a training batch holds (``--data.views``; more
+            than 1: under the batch key ``views``, ``(K, B, C, H, W)``).
     """
 
     num_classes: int
@@ -64,6 +66,7 @@ class DataFacts:
     eval_batches: EvalBatches
     batch_size: int | None = None
     val_labels: Tensor | None = None
+    views: int = 1
 
     @property
     def num_samples(self) -> int:

@@ -44,6 +44,9 @@ MOVED: dict[str, str] = {
 """Every method option that moved into a group: old name -> new name (flat, dotted)."""
 NEW = ("model.schedule.main_epochs", "model.schedule.cosine_period", "model.schedule.min_lr")
 """Options that did not exist before the move (their effect is checked through the epochs)."""
+ADDED_DEFAULTS = {"data.views": 1}
+"""Options of every run added after the record was made, at the value that is the run of before
+(one augmented view): a sweep run's digest leaves them out at that value."""
 # not what a run computes: where it logs and what the terminal shows
 SKIPPED = (
     "config",
@@ -185,7 +188,13 @@ def sweep_values(resolve: Resolver, known: set[str]) -> dict[str, dict[str, str]
             args = [a for k, v in parsed for a in (f"--{k}", format_value(v))]
             values = dict(resolve(run.configs, args))
             values.update({k: v for k, v in run.args.items() if not is_moved(k)})
-            runs[run.name] = digest({k: v for k, v in as_old(values).items() if k in known})
+            runs[run.name] = digest(
+                {
+                    k: v
+                    for k, v in as_old(values).items()
+                    if k in known and not (k in ADDED_DEFAULTS and v == ADDED_DEFAULTS[k])
+                }
+            )
         out[str(path.relative_to(REPO))] = runs
     return out
 

@@ -83,7 +83,8 @@ def fit_args(name: str, alpha: float) -> list[str]:
 def method_options(name: str) -> list[str]:
     """The options every stage of method ``name`` needs in a short run with one warm-up epoch:
     T estimated after it where the method corrects with one; τ estimated and reached at once
-    where it selects samples; a revision epoch where it has a revision stage."""
+    where it selects samples; a revision epoch where it has a revision stage; the augmented
+    views of every image it trains on."""
     cls = registry()[name]
     args = []
     if issubclass(cls, TransitionMethod):
@@ -92,6 +93,8 @@ def method_options(name: str) -> list[str]:
         args += ["--model.forget_rate", "estimate", "--model.ramp_epochs", "1"]
     if cls.on_revision_start is not NoisyLabelMethod.on_revision_start:
         args += ["--model.schedule.revision_epochs", "1"]
+    if cls.views_needed > 1:
+        args += ["--data.views", str(cls.views_needed)]
     return args
 
 

@@ -22,7 +22,7 @@ from noisylabels.methods import registry
 
 from conftest import CONFIGS
 
-DEFAULT_CASES = {"ELR", "SOP", "CORES", "Peer"}
+DEFAULT_CASES = {"ELR", "SOP", "CORES", "DivideMix", "Peer"}
 """The methods whose own state is per sample, and Peer loss, whose peers are drawn from the seed
 and the step (run without ``-m slow``)."""
 

@@ -1,6 +1,7 @@
-"""The per-sample state of ELR (its targets), SOP (u and v) and CORES² (the class prior its
-sieve revises) under DDP is the state of one process with the global batch: each process
-updates its own samples, and the table, the parameters' gradients or the sieve's counts are
+"""The per-sample state of ELR (its targets), SOP (u and v), CORES² (the class prior its
+sieve revises) and DivideMix (its division: each network's clean probability of every sample)
+under DDP is the state of one process with the global batch: each process updates its own
+samples, and the table, the parameters' gradients, the sieve's counts or the pass's losses are
 combined over the processes. And CORES²'s prior, with its sieve at work, is restored exactly on
 resume.
 
@@ -37,6 +38,7 @@ from conftest import CONFIGS, read_results
 SIEVE = ["--model.sieve_epoch", "0", "--model.beta_start", "0", "--model.beta_ramp_epochs", "2"]
 CASES = {  # method: (its options, the state compared)
     "CORES": (SIEVE, ("prior",)),
+    "DivideMix": (["--data.views", "2"], ("dividemix_clean_prob",)),
     "ELR": ([], ("elr_targets",)),
     "SOP": ([], ("u", "v")),
 }
@@ -94,9 +96,18 @@ def test_the_state_under_ddp_is_the_one_process_state(name: str, run_cli, tmp_pa
         torch.testing.assert_close(states[0][key], states[1][key], atol=1e-4, rtol=1e-3)
     if name == "CORES":  # the sieve dropped samples
         assert not torch.allclose(states[1]["prior"], states[1]["initial_prior"])
+    if name == "DivideMix":  # each network's division of the training split, some labeled
+        division = states[0]["dividemix_clean_prob"][:, read_train_indices(root)]
+        assert (division > 0.5).any(1).all() and (division <= 0.5).any(1).all()
     if name == "ELR":  # process 0 holds the target of every training sample, its own or not
         moved = states[0]["elr_targets"].sum(1) > 0
         assert int(moved.sum()) == ddp["data"]["sizes"]["train"]
+
+
+def read_train_indices(root: Path) -> torch.Tensor:
+    """The training split's dataset indices of the run under ``root``."""
+    (noise,) = root.rglob("noise.pt")
+    return torch.load(noise, weights_only=False)["train_indices"]
 
 
 def test_a_resumed_run_continues_with_the_sieves_prior(run_cli, tmp_path: Path) -> None:

@@ -140,6 +140,11 @@ def test_every_method_trains_through_the_cli(
             else ()
         ),
         *(
+            ("--data.views", str(METHODS[name].views_needed))
+            if METHODS[name].views_needed > 1
+            else ()
+        ),
+        *(
             ("--model.speed.compile", "true", "--model.speed.compile_backend", "aot_eager")
             if compiled
             else ()

@@ -29,8 +29,9 @@ from noisylabels.errors import InputError
 from noisylabels.methods.core import optim
 from noisylabels.methods.core.acceleration import Acceleration, SpeedOptions
 from noisylabels.methods.core.distributed import drop_gradients, with_zero_gradients, world
-from noisylabels.methods.core.evaluation import split_logits
+from noisylabels.methods.core.evaluation import TrainingPass, split_logits, training_pass
 from noisylabels.methods.core.groups import option_group
+from noisylabels.methods.core.losses import cross_entropy
 from noisylabels.methods.core.networks import NetworkOptions
 from noisylabels.methods.core.optim import OptimizerOptions
 from noisylabels.methods.core.staged import StagedModule
@@ -68,6 +69,9 @@ class NoisyLabelMethod(StagedModule):
     """
 
     abstract = True  # a base of methods, not one itself (see methods.core.registry)
+    views_needed: int = 1
+    """Augmented views of every image the method's training batches need (``--data.views``;
+    DivideMix: 2); a run whose data serves fewer is refused before training."""
 
     def __init__(
         self,
@@ -189,6 +193,17 @@ class NoisyLabelMethod(StagedModule):
         many it keeps)."""
         return batch_size
 
+    def check_views(self) -> None:
+        """Refuse a run whose training batches hold fewer augmented views than
+        :attr:`views_needed`."""
+        facts = self.data_facts()
+        if facts is not None and facts.views < self.views_needed:
+            raise InputError(
+                f"{type(self).__name__} trains on {self.views_needed} augmented views of every "
+                f"image, but the data serves {facts.views}: add --data.views "
+                f"{self.views_needed} (the method's config group and presets set it)"
+            )
+
     def check_variance_samples(self, world_size: int = 1) -> None:
         """Refuse VRNL where the variance of a step's losses covers fewer than 2 samples
         (:func:`~noisylabels.methods.core.vrnl.check_variance_samples`)."""
@@ -287,6 +302,7 @@ class NoisyLabelMethod(StagedModule):
         self.resolve_acceleration(device, world_size)
         if stage == "fit":
             self.check_stages_fit()
+            self.check_views()
             self.check_variance_samples(world_size)
             self.speed.check_accumulation(getattr(self.trainer, "accumulate_grad_batches", 1))
 
@@ -308,6 +324,7 @@ class NoisyLabelMethod(StagedModule):
         self.epoch_stats.reset()
         self.maybe_start_main_stage()
         self.maybe_start_revision_stage()
+        self.maybe_training_pass()
 
     def on_train_epoch_end(self) -> None:
         by_network = self.epoch_stats.compute(
@@ -321,9 +338,36 @@ class NoisyLabelMethod(StagedModule):
             optim.step_schedulers(self)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        """A ``fast_dev_run``'s planned main-stage start, then a CUDA-graph step boundary."""
-        self.maybe_start_main_stage(batch_idx)
+        """A ``fast_dev_run``'s planned main-stage start (with the pass over the training set
+        where the method asks for one), then a CUDA-graph step boundary."""
+        if self._smoke_split and batch_idx == self._smoke_split and self.in_warmup:
+            self.maybe_start_main_stage(batch_idx)
+            self.maybe_training_pass()
         self.speed.begin_step()
+
+    # ---------------------------------------------------------------- a pass over the training set
+    def wants_training_pass(self) -> bool:
+        """Whether the current training epoch starts with a pass over the whole training split
+        (:meth:`on_training_pass`); asked at the start of every training epoch, after any
+        stage change (and where a ``fast_dev_run`` begins the method's stage mid-epoch). No
+        method asks by default."""
+        return False
+
+    def training_pass_value(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        """The per-sample value the pass records of each network, ``(B,)``: the cross-entropy
+        of the eval-mode, unaugmented logits against the noisy label."""
+        return cross_entropy(logits, batch["label"])
+
+    def on_training_pass(self, result: TrainingPass) -> None:
+        """The pass's values of every network and training index, the same on every process
+        (:func:`~noisylabels.methods.core.evaluation.training_pass`)."""
+
+    def maybe_training_pass(self) -> None:
+        """Run the pass over the training split and hand it to :meth:`on_training_pass` if the
+        method asks for it now."""
+        if self.wants_training_pass():
+            facts = self.data_facts()
+            self.on_training_pass(training_pass(self, facts, self.training_pass_value))
 
     def on_validation_batch_start(self, *args: Any) -> None:
         """A CUDA-graph step boundary before every evaluation batch."""

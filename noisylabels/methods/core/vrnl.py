@@ -118,6 +118,27 @@ def vrnl_objective(
     return VRNLOutput(objective, mean.detach(), variance.detach(), weights)
 
 
+def masked_mean(values: Tensor, mask: Tensor | None, scope: str = "global") -> Tensor:
+    """The mean of the rows of ``values`` (``(n, ...)``) where ``mask`` (all rows without one),
+    over the batch of all DDP processes with ``scope`` ``global``: the sums and the count are
+    reduced by the same differentiable all-reduce as :func:`vrnl_objective`'s, so DDP's averaged
+    gradient is the gradient of the mean over the concatenated batch. 0 where no row is
+    selected. Applied with ``torch.where``, never by indexing (no host synchronization)."""
+    if scope not in SCOPES:
+        raise ValueError(f"variance scope must be one of {SCOPES}, got {scope!r}")
+    if mask is None:
+        chosen = values
+        count = values.new_full((1,), float(values.shape[0]))
+    else:
+        shape = (-1,) + (1,) * (values.ndim - 1)
+        chosen = torch.where(mask.view(shape), values, 0.0)
+        count = mask.sum().to(values.dtype).view(1)
+    sums = torch.cat([chosen.sum(0).reshape(-1), count])
+    if scope == "global":
+        sums = _global_sums(sums)
+    return (sums[:-1] / sums[-1].detach().clamp_min(1.0)).view(values.shape[1:])
+
+
 def check_variance_samples(
     alpha: float,
     batch_size: int,
