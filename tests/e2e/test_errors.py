@@ -481,7 +481,7 @@ def test_no_case_of_the_catalogue_prints_a_traceback(
     """Cases of the catalogue run as the real command (a process whose uncaught exception the
     interpreter prints): each exits with its status, and none prints a Python traceback. Each
     command line is a process forked from one that imported the package
-    (tests/e2e/as_command.py); the default run takes every 6th case, ``-m slow`` all of them
+    (tests/as_command.py); the default run takes every 6th case, ``-m slow`` all of them
     (every case also runs in-process in test_bad_input_ends_with_one_paragraph)."""
     cases = CASES if which == "all" else CASES[::6]
     results = {

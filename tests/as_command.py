@@ -26,7 +26,8 @@ import traceback
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parents[1]
+REPO = TESTS.parent
+CALLBACKS = TESTS / "e2e"  # interrupt.py: the callbacks that stop a run from inside
 
 
 def run_as_command(
@@ -88,7 +89,7 @@ def _server(threads: int) -> subprocess.Popen:
     if server is None or server.poll() is not None:
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)]),  # the test callbacks too
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(CALLBACKS)]),
             "OMP_NUM_THREADS": key,
         }
         env.pop("NOISYLABELS_DEBUG", None)
