@@ -89,7 +89,41 @@ class NoisyLabelsParser(LightningArgumentParser):
 
 
 class NoisyLabelsCLI(LightningCLI):
-    """LightningCLI with the project's checkpointing, links and post-fit test."""
+    """LightningCLI with the project's checkpointing, links and post-fit test.
+
+    Its parsers are built once per process for what they are built from
+    (:func:`parser_key`) and reused by the next command that needs the same ones: building them
+    reads the signatures of the trainer, the methods and the data modules for each of the four
+    stages, which costs more than parsing a command line, and a process that runs several
+    commands (a sweep's checks, an audit's folds, Python code calling :func:`make_cli` in a
+    loop) would build the same parsers each time. A parser keeps nothing of a parse but the
+    print-config request and the instantiators of its CLI, both cleared when it is put back
+    (:func:`reset_parsers`); one in use is never handed to another CLI."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._parser_key: Any = None
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            if self._parser_key is not None and hasattr(self, "parser"):
+                parsers = (self.parser, getattr(self, "_subcommand_parsers", None),
+                           getattr(self, "_subcommand_method_arguments", None))  # fmt: skip
+                reset_parsers(parsers)
+                _PARSERS.setdefault(self._parser_key, []).append(parsers)
+
+    def setup_parser(
+        self, add_subcommands: bool, main_kwargs: dict[str, Any], subparser_kwargs: dict[str, Any]
+    ) -> None:
+        """Lightning's parsers, or an idle set built for the same classes and settings."""
+        self._parser_key = parser_key(self, add_subcommands, main_kwargs, subparser_kwargs)
+        idle = _PARSERS.get(self._parser_key) if self._parser_key is not None else None
+        if not idle:
+            super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+            return
+        self.parser, subcommand_parsers, method_arguments = idle.pop()
+        if add_subcommands:
+            self._subcommand_parsers = subcommand_parsers
+            self._subcommand_method_arguments = method_arguments
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Lightning's parsing; also keeps the command line (``self.command``) for
@@ -344,6 +378,61 @@ class NoisyLabelsCLI(LightningCLI):
         self.trainer.predict(model, datamodule=datamodule, **kwargs)
         if self.trainer.is_global_zero:
             print(f"predictions: {path}")
+
+
+# idle parsers by parser_key: (main parser, its stage parsers, the stage method arguments)
+_PARSERS: dict[Any, list[tuple[Any, Any, Any]]] = {}
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` as a hashable key part (mappings and sequences as tuples); raises TypeError
+    for what cannot be one."""
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _frozen(v)) for k, v in sorted(value.items(), key=repr)))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return (type(value).__name__, tuple(_frozen(v) for v in items))
+    hash(value)
+    return value
+
+
+def parser_key(
+    cli: LightningCLI, add_subcommands: bool, main_kwargs: Any, subparser_kwargs: Any
+) -> Any:
+    """What the parsers of ``cli`` are built from: its class, the classes and settings it
+    passes Lightning, the environment jsonargparse reads at build time and the list of methods
+    (the help of ``--model``); ``None`` where a setting cannot be a key (never reused)."""
+    try:
+        return _frozen(
+            (
+                type(cli),
+                add_subcommands,
+                main_kwargs,
+                subparser_kwargs,
+                cli.parser_class,
+                cli.trainer_class,
+                cli.model_class,
+                cli.datamodule_class,
+                cli.subclass_mode_model,
+                cli.subclass_mode_data,
+                cli.seed_everything_default,
+                cli.trainer_defaults,
+                cli.auto_configure_optimizers,
+                os.environ.get("JSONARGPARSE_DEFAULT_ENV"),
+                methods_help(),
+            )
+        )
+    except TypeError:
+        return None
+
+
+def reset_parsers(parsers: tuple[Any, Any, Any]) -> None:
+    """Clear what a parse and its CLI leave on ``parsers``: a ``--print_config`` request that
+    an error cut short, the instantiators bound to the CLI."""
+    main, stages, _ = parsers
+    for parser in (main, *(stages or {}).values()):
+        parser.__dict__.pop("print_config", None)
+        parser._instantiators = None
 
 
 def auto_precision(accelerator: Any) -> str | None:

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import logging
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from as_command import run_command
 
 from noisylabels.callbacks.epoch_log import epoch_line
 from noisylabels.methods.transition import near_chance, warn_near_chance
 from noisylabels.noise import symmetric_transition
 
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS
 
 LINE = re.compile(
     r"^Epoch (\d+)/(\d+) \[(warm-up|main)\] train loss \d+\.\d{4} \| noisy-val acc \d\.\d{4}"
@@ -35,12 +34,10 @@ def test_epoch_line_leaves_out_what_is_unknown() -> None:
 def test_a_line_per_epoch_without_progress_bar(tmp_path: Path) -> None:
     """The real command, progress bar off, as every sweep run: one line per epoch with the
     stage, and ε_T once T̂ exists; no "callbacks will override" notice."""
-    out = subprocess.run(
-        [sys.executable, "-m", "noisylabels.cli", "fit", "--config",
-         str(CONFIGS / "quickstart.yaml"), "--model.transition", "estimate",
+    out = run_command(
+        ["fit", "--config", str(CONFIGS / "quickstart.yaml"), "--model.transition", "estimate",
          "--model.schedule.warmup_epochs", "2", "--trainer.max_epochs", "4",
-         "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+         "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)]
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr

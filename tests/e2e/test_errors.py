@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from as_command import run_command
 
 from conftest import CONFIGS, REPO, make_cifar, make_mnist
 
@@ -478,25 +479,17 @@ def test_no_case_of_the_catalogue_prints_a_traceback(
     which: str, files: Files, tmp_path: Path
 ) -> None:
     """Cases of the catalogue run as the real command (a process whose uncaught exception the
-    interpreter prints): each exits with its status, and none prints a Python traceback. The
-    command lines share one process that imported the package and forks per case
-    (tests/e2e/as_command.py); the default run takes every 6th case, ``-m slow`` all of them
+    interpreter prints): each exits with its status, and none prints a Python traceback. Each
+    command line is a process forked from one that imported the package
+    (tests/as_command.py); the default run takes every 6th case, ``-m slow`` all of them
     (every case also runs in-process in test_bad_input_ends_with_one_paragraph)."""
     cases = CASES if which == "all" else CASES[::6]
-    commands = {name: command_line(case(files)[0], tmp_path / name) for name, case, _ in cases}
-    commands_file, results_file = tmp_path / "commands.json", tmp_path / "results.json"
-    commands_file.write_text(json.dumps(commands))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    env.pop("NOISYLABELS_DEBUG", None)
-    script = Path(__file__).with_name("as_command.py")
-    subprocess.run(
-        [sys.executable, str(script), str(commands_file), str(results_file)],
-        cwd=REPO, env=env, check=True, timeout=900,
-    )  # fmt: skip
-    results = json.loads(results_file.read_text())
+    results = {
+        name: run_command(command_line(case(files)[0], tmp_path / name)) for name, case, _ in cases
+    }
     expected = {name: code for name, _, code in cases}
-    printed = sorted(name for name, r in results.items() if "Traceback" in r["stderr"])
-    assert not printed, "\n\n".join(f"{n}:\n{results[n]['stderr'][-1500:]}" for n in printed)
-    statuses = {name: r["status"] for name, r in results.items()}
+    printed = sorted(name for name, r in results.items() if "Traceback" in r.stderr)
+    assert not printed, "\n\n".join(f"{n}:\n{results[n].stderr[-1500:]}" for n in printed)
+    statuses = {name: r.returncode for name, r in results.items()}
     assert statuses == expected
-    assert all(len(error_lines(r["stderr"])) == 1 for r in results.values())
+    assert all(len(error_lines(r.stderr)) == 1 for r in results.values())

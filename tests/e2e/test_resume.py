@@ -4,20 +4,18 @@ and end with the results of an uninterrupted run; SIGTERM; resuming against the 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from as_command import run_command
 
-from conftest import CONFIGS, REPO, read_results
+from conftest import CONFIGS, read_results
 
-TESTS = Path(__file__).resolve().parent
 # the digits and a small MLP with dropout, so the resumed run depends on the restored random
 # state as well as on the data order
 QUICK = [
@@ -43,10 +41,10 @@ DYNAMICS = "sample_dynamics.pt"
 def run_cli_process(
     root: Path, *args: str, interrupt: tuple[int, int, int] | None = None
 ) -> subprocess.CompletedProcess:
-    """``python -m noisylabels.cli fit ARGS`` in a new process (with this process's number of
-    torch threads, so its arithmetic is this process's), optionally signalled at
+    """``noisylabels fit ARGS`` as the real command in a process of its own (with this process's
+    number of torch threads, so its arithmetic is this process's), optionally signalled at
     ``(epoch, batch, signal)``."""
-    argv = [sys.executable, "-m", "noisylabels.cli", "fit", *args]
+    argv = ["fit", *args]
     argv += ["--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false"]
     if interrupt is not None:
         epoch, batch, sig = interrupt
@@ -56,12 +54,7 @@ def run_cli_process(
             "--trainer.callbacks.batch", str(batch),
             "--trainer.callbacks.sig", str(sig),
         ]  # fmt: skip
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)]),
-        "OMP_NUM_THREADS": str(torch.get_num_threads()),
-    }
-    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return run_command(argv, threads=torch.get_num_threads())
 
 
 def last_checkpoint(root: Path) -> Path:

@@ -8,33 +8,27 @@ import errno
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+from as_command import run_command
 
-from conftest import CONFIGS, REPO, read_results
+from conftest import CONFIGS, read_results
 
-TESTS = Path(__file__).resolve().parent
 QUICK = [
     "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.max_epochs", "2",
     "--trainer.limit_train_batches", "5", "--trainer.enable_model_summary", "false",
 ]  # fmt: skip
 
 
-def fit_process(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``noisylabels fit QUICK ARGS`` in a new process, the test callbacks importable."""
-    argv = [sys.executable, "-m", "noisylabels.cli", "fit", *QUICK, *args]
+def fit_process(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """``noisylabels fit QUICK ARGS`` as the real command in a process of its own, the test
+    callbacks importable."""
+    argv = ["fit", *QUICK, *args]
     argv += ["--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false"]
-    env = {
-        **os.environ,
-        **(env or {}),
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)]),
-        "OMP_NUM_THREADS": "1",
-    }
-    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return run_command(argv)
 
 
 def notes(process: subprocess.CompletedProcess) -> list[str]:

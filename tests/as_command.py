@@ -1,0 +1,136 @@
+"""Run many ``noisylabels`` command lines as the real command, without paying for Python and
+torch to start each time: the modules are imported once, then every command line runs in a
+forked child process exactly as the ``noisylabels`` entry point runs it (``sys.argv``, the
+interpreter's handling of an exception that escapes: a printed traceback and exit status 1),
+its stdout and stderr captured at the file-descriptor level. The child is a whole process of
+its own: a signal it sends itself or receives ends or stops it as it would the command, and its
+exit status is the command's.
+
+    python as_command.py
+
+reads one request per line on stdin, ``{"argv": [...], "stdout": FILE, "stderr": FILE, "cwd":
+FOLDER}``, and answers each with ``{"status": exit status}`` on stdout once its child has
+ended: :func:`run_command` runs a command line this way from a test, through one such process
+per test process (started on first use).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+CALLBACKS = TESTS / "e2e"  # interrupt.py: the callbacks that stop a run from inside
+
+
+def run_as_command(
+    argv: list[str], stderr_file: Path, stdout_file: Path | None = None, cwd: str | None = None
+) -> int:
+    """Run ``noisylabels ARGV`` in a forked child; its exit status (minus the signal that
+    ended it, as :mod:`subprocess` reports it)."""
+    pid = os.fork()
+    if pid == 0:  # the child: the real command's path, from sys.argv
+        status = 1
+        try:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            fd = os.open(stderr_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 2)
+            out = stdout_file if stdout_file is not None else os.devnull
+            os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+            if cwd is not None:
+                os.chdir(cwd)
+            sys.argv = ["noisylabels", *argv]
+            from noisylabels.cli import main
+
+            main()
+            status = 0
+        except SystemExit as done:
+            code = done.code
+            status = code if isinstance(code, int) else (0 if code is None else 1)
+        except BaseException:  # what the interpreter does with an exception that escapes
+            traceback.print_exc()
+            status = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    _, wait_status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(wait_status)
+
+
+def serve() -> None:
+    """Answer the requests on stdin (see the module docstring) until it closes."""
+    import noisylabels.cli  # noqa: F401  # imported once, before the forks
+    import noisylabels.run.cli  # noqa: F401
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        status = run_as_command(
+            request["argv"], Path(request["stderr"]), Path(request["stdout"]), request.get("cwd")
+        )
+        print(json.dumps({"status": status}), flush=True)
+
+
+_servers: dict[str, subprocess.Popen] = {}
+
+
+def _server(threads: int) -> subprocess.Popen:
+    """This process's command process for ``threads`` torch threads (started on first use; its
+    stdin closes, and so it ends, when this process does)."""
+    key = str(threads)
+    server = _servers.get(key)
+    if server is None or server.poll() is not None:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(CALLBACKS)]),
+            "OMP_NUM_THREADS": key,
+        }
+        env.pop("NOISYLABELS_DEBUG", None)
+        server = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=REPO,
+            env=env,
+            text=True,
+        )
+        _servers[key] = server
+        atexit.register(_stop, server)
+    return server
+
+
+def _stop(server: subprocess.Popen) -> None:
+    if server.poll() is None:
+        server.stdin.close()
+        server.wait(timeout=60)
+
+
+def run_command(argv: list[str], cwd: Path = REPO, threads: int = 1) -> subprocess.CompletedProcess:
+    """``noisylabels ARGV`` as the real command in a process of its own (a child of this test
+    process's command process, which imported the package once), with ``threads`` torch
+    threads; what :func:`subprocess.run` returns for it."""
+    server = _server(threads)
+    with tempfile.TemporaryDirectory() as folder:
+        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+        request = {"argv": [str(a) for a in argv], "stdout": str(out), "stderr": str(err),
+                   "cwd": str(cwd)}  # fmt: skip
+        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.flush()
+        answer = server.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the command process ended (status {server.wait()})")
+        status = json.loads(answer)["status"]
+        stdout = out.read_text(errors="replace") if out.exists() else ""
+        stderr = err.read_text(errors="replace") if err.exists() else ""
+    return subprocess.CompletedProcess(["noisylabels", *argv], status, stdout, stderr)
+
+
+if __name__ == "__main__":
+    serve()

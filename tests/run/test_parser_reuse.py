@@ -1,0 +1,123 @@
+"""The command line's parsers are built once per process and reused (noisylabels.run.cli): a
+command parsed by parsers that earlier commands used resolves to what it resolves to in a new
+process, whose parsers are built afresh, whatever the commands before it gave."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Any
+
+import pytest
+
+from conftest import CONFIGS
+
+QUICKSTART = str(CONFIGS / "quickstart.yaml")
+MNIST_CE = str(CONFIGS / "mnist_ce.yaml")
+# commands that differ in what parsing keeps apart: the method (its init_args), a list default
+# replaced, group options, the stage, a config text, a default of the trainer
+COMMANDS: dict[str, list[str]] = {
+    "quickstart": ["fit", "--config", QUICKSTART],
+    "other-method": ["fit", "--config", QUICKSTART, "--model", "CE",
+                     "--model.schedule.warmup_epochs", "0", "--model.optim.lr", "0.3",
+                     "--trainer.callbacks", "[]", "--data.batch_size", "7"],
+    "group-null": ["fit", "--config", QUICKSTART, "--model.schedule.milestones", "null",
+                   "--seed_everything", "5", "--checkpoint.monitor", "val/loss"],
+    "test-stage": ["test", "--config", MNIST_CE, "--trainer.max_epochs", "3"],
+    "config-text": ["validate", "--config", QUICKSTART, "--config",
+                    "{trainer: {limit_val_batches: 2}, data: {noise_rate: 0.4}}"],
+}  # fmt: skip
+
+
+def fresh() -> None:
+    """Forget the idle parsers: the next command builds its own, as in a new process."""
+    from noisylabels.run import cli
+
+    cli._PARSERS.clear()
+
+
+def resolved(args: list[str]) -> str:
+    """The config ``noisylabels ARGS`` resolves to (``--print_config``)."""
+    from noisylabels.run.cli import make_cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        make_cli([*args, "--print_config"])
+    assert done.value.code in (0, None)
+    return out.getvalue()
+
+
+def test_commands_in_one_process_resolve_as_each_in_a_new_one() -> None:
+    from noisylabels.run import cli
+
+    alone = {}
+    for name, args in COMMANDS.items():
+        fresh()
+        alone[name] = resolved(args)
+    assert len(set(alone.values())) == len(alone)  # the commands differ in what they resolve to
+    fresh()
+    order = [*COMMANDS, *reversed(COMMANDS)]  # each command after every other one
+    together = [(name, resolved(COMMANDS[name])) for name in order]
+    for name, text in together:
+        assert text == alone[name], name
+    idle = [parsers for pool in cli._PARSERS.values() for parsers in pool]
+    assert len(idle) == 1, "one set of parsers served every command"
+
+
+def test_a_print_config_cut_short_by_an_error_is_not_printed_by_the_next_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from argparse import ArgumentError
+
+    from noisylabels.run import cli
+    from noisylabels.run.cli import make_cli
+
+    fresh()
+    base = ["--config", QUICKSTART, "--trainer.accelerator", "cpu"]
+    with pytest.raises(ArgumentError, match="lr"):  # --print_config seen, then this
+        make_cli([*base, "--print_config", "--model.optim.lr", "abc"], run=False)
+    capsys.readouterr()
+    built = make_cli(base, run=False)
+    assert capsys.readouterr().out == ""
+    assert type(built.model).__name__ == "Forward"
+    assert [len(pool) for pool in cli._PARSERS.values()] == [1]  # the parsers of the error
+
+
+def test_each_cli_builds_its_own_classes_from_reused_parsers() -> None:
+    """The model's hyperparameters come from its own command (Lightning binds the instantiators
+    to the CLI object), not from the command the parsers served before."""
+    from noisylabels.run.cli import make_cli
+
+    fresh()
+    base = ["--config", QUICKSTART, "--trainer.accelerator", "cpu"]
+    first = make_cli([*base, "--model.alpha", "0.7"], run=False)
+    second = make_cli([*base, "--model", "CE", "--model.schedule.warmup_epochs", "0"], run=False)
+    assert first.parser is second.parser  # reused
+    assert first.model.hparams["alpha"] == 0.7
+    assert second.model.hparams["_class_path"].endswith(".CE")
+    assert type(second.model).__name__ == "CE" and type(first.model).__name__ == "Forward"
+
+
+def test_a_fit_leaves_the_parsers_as_built(run_cli: Any) -> None:
+    """After a fit through them the parsers' defaults, and what a command resolves to, are
+    those of parsers built afresh."""
+    from noisylabels.run import cli
+
+    def defaults(parsers: Any) -> list[str]:
+        return [
+            p.dump(p.get_defaults(), skip_none=False, skip_validation=True)
+            for p in parsers[1].values()
+        ]
+
+    fresh()
+    run_cli("fit", "--config", QUICKSTART, "--trainer.max_epochs", "1",
+            "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
+            "--trainer.limit_test_batches", "1")  # fmt: skip
+    [[used]] = cli._PARSERS.values()
+    after = [resolved(args) for args in COMMANDS.values()]
+    assert cli._PARSERS[next(iter(cli._PARSERS))] == [used]  # the commands used them again
+    fresh()
+    assert [resolved(args) for args in COMMANDS.values()] == after
+    [[built]] = cli._PARSERS.values()
+    assert built[0] is not used[0]
+    assert defaults(used) == defaults(built)
