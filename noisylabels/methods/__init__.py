@@ -23,10 +23,12 @@ from noisylabels.methods.core import (
 )
 from noisylabels.methods.cores import CORES
 from noisylabels.methods.coteaching import CoTeaching
+from noisylabels.methods.coteachingplus import CoTeachingPlus
 from noisylabels.methods.decoupling import Decoupling
 from noisylabels.methods.elr import ELR
 from noisylabels.methods.forward import Forward
 from noisylabels.methods.gce import GCE
+from noisylabels.methods.jocor import JoCoR
 from noisylabels.methods.mentornet import MentorNet
 from noisylabels.methods.peer import Peer
 from noisylabels.methods.ptd import PTD
@@ -42,11 +44,13 @@ __all__ = [
     "CE",
     "CORES",
     "CoTeaching",
+    "CoTeachingPlus",
     "Decoupling",
     "ELR",
     "EpochStatistics",
     "Forward",
     "GCE",
+    "JoCoR",
     "MentorNet",
     "NoisyLabelMethod",
     "OptimizerOptions",
