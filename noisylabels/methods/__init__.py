@@ -25,11 +25,13 @@ from noisylabels.methods.core import (
 )
 from noisylabels.methods.cores import CORES
 from noisylabels.methods.coteaching import CoTeaching
+from noisylabels.methods.coteachingplus import CoTeachingPlus
 from noisylabels.methods.decoupling import Decoupling
 from noisylabels.methods.dividemix import DivideMix
 from noisylabels.methods.elr import ELR
 from noisylabels.methods.forward import Forward
 from noisylabels.methods.gce import GCE
+from noisylabels.methods.jocor import JoCoR
 from noisylabels.methods.mentornet import MentorNet
 from noisylabels.methods.peer import Peer
 from noisylabels.methods.ptd import PTD
@@ -45,12 +47,14 @@ __all__ = [
     "CE",
     "CORES",
     "CoTeaching",
+    "CoTeachingPlus",
     "Decoupling",
     "DivideMix",
     "ELR",
     "EpochStatistics",
     "Forward",
     "GCE",
+    "JoCoR",
     "MentorNet",
     "NetworkOptions",
     "NoisyLabelMethod",

@@ -1,5 +1,5 @@
-"""Sample selection with two networks: the shared machinery of Co-teaching, MentorNet and
-Decoupling.
+"""Sample selection with two networks: the shared machinery of Co-teaching, Co-teaching+,
+JoCoR, MentorNet and Decoupling.
 
 Both networks are built by :meth:`~noisylabels.methods.core.base.NoisyLabelMethod.add_network`, so
 each has its own optimizer (stepped by the shared manual-optimization step) and its own
@@ -196,20 +196,38 @@ class SmallLossMethod(TwoNetworkMethod):
             return torch.floor(kept).clamp_min(1.0)
         return max(1, int((1.0 - rate) * batch_size))
 
-    def small_loss_masks(self, losses: list[Tensor]) -> list[Tensor]:
+    def small_loss_masks(self, losses: list[Tensor], among: Tensor | None = None) -> list[Tensor]:
         """For each network's (detached) losses, the mask of the :meth:`keep_count` samples of
         the batch with the smallest ones. Under DDP the batch is the global one, as one process
         with the global batch selects (:func:`~noisylabels.methods.core.distributed.gather_batch`;
-        ties go to the earlier sample of the global batch); each process gets its own part."""
-        if world()[0] == 1:
+        ties go to the earlier sample of the global batch); each process gets its own part.
+
+        ``among``: a boolean ``(B,)`` mask of the candidates (Co-teaching+: the samples the
+        networks disagree on): the smallest losses are taken among them only, keeping
+        ``floor((1 - tau_t) n)`` of the ``n`` candidates of the (global) batch, or all ``n``
+        where that is 0 (as Co-teaching+'s reference does); none where there is no candidate.
+        """
+        if among is None and world()[0] == 1:
             keep = self.keep_count(len(losses[0]))
             return [small_loss_mask(l, keep) for l in losses]
-        facts = self.data_facts()
-        n, capacity = len(losses[0]), None if facts is None else facts.batch_size
-        values, valid = gather_batch(torch.stack(losses), capacity)
-        keep = self.keep_count(valid.sum())
-        rows = torch.where(valid, values, torch.inf)  # padding sorts last
-        return [own_part(small_loss_mask(row, keep), n) for row in rows]
+        n = len(losses[0])
+        rows = torch.stack(losses if among is None else [*losses, among.to(losses[0].dtype)])
+        if world()[0] == 1:
+            values, valid = rows, torch.ones(n, dtype=torch.bool, device=rows.device)
+        else:
+            facts = self.data_facts()
+            capacity = None if facts is None else facts.batch_size
+            values, valid = gather_batch(rows, capacity)
+        if among is None:
+            candidates, keep = valid, self.keep_count(valid.sum())
+        else:
+            candidates, values = valid & (values[-1] > 0), values[:-1]
+            count = candidates.sum().to(torch.float64)
+            kept = torch.floor(count * (1.0 - self.current_forget_rate))
+            keep = torch.where(kept > 0, kept, count)
+        values = torch.where(candidates, values, torch.inf)  # padding and others sort last
+        masks = [small_loss_mask(row, keep) & candidates for row in values]
+        return masks if world()[0] == 1 else [own_part(mask, n) for mask in masks]
 
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()

@@ -238,8 +238,8 @@ def write(content: Mapping[str, Mapping[str, Any]]) -> str:
 
 def add_new() -> list[str]:
     """Add the shipped configs the record does not have yet (a new preset, group or protocol),
-    each by its values that differ from the common ones; recorded entries stay as they are.
-    Returns the names added."""
+    each by its values that differ from the common ones, and the sweep files it does not have
+    yet; recorded entries stay as they are. Returns the names added."""
     content = json.loads(RECORD.read_text())
     common = content["common"][""]
     resolve = Resolver()
@@ -253,6 +253,11 @@ def add_new() -> list[str]:
         own = {k: v for k, v in values.items() if k not in common or common[k] != v}
         content["configs"][name] = own
         added.append(name)
+    known = {k for own in content["configs"].values() for k in {**common, **own}}
+    for sweep, runs in sweep_values(resolve, known).items():
+        if sweep not in content["sweeps"]:
+            content["sweeps"][sweep] = runs
+            added.append(sweep)
     RECORD.write_text(write(content))
     return added
 

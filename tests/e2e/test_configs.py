@@ -343,21 +343,41 @@ def protocol_row(config: dict[str, Any]) -> dict[str, str]:
     }
 
 
+OWN = "method options"
+"""The reference table's column of a method's own options (``name value, ...``; ``—``: none)."""
+
+
+def own_options(config: dict[str, Any], listed: str) -> str:
+    """The resolved values of the options ``listed`` names, in its form."""
+    if listed == "—":
+        return listed
+    args = config["model"]["init_args"]
+    parts = []
+    for name in (item.split()[0] for item in listed.split(", ")):
+        value = args[name]
+        parts.append(f"{name} {value:g}" if isinstance(value, float) else f"{name} {value}")
+    return ", ".join(parts)
+
+
 def test_baseline_presets_follow_the_reference_table(printed) -> None:
     """Every baseline preset's resolved protocol is its row of docs/methods.md's table
     (optimizer, lr, weight decay, momentum, schedule, epochs, warm-up, revision, and the
-    reported metric: ``tail`` runs record the last 10 epochs' test accuracy); the two-network
-    presets also feed the network unnormalised, unaugmented pixels, as their reference does."""
+    reported metric: ``tail`` runs record the last 10 epochs' test accuracy, and the method's
+    own options the table names, e.g. Co-teaching+'s ``init_epochs``, JoCoR's ``co_lambda``);
+    the two-network presets also feed the network unnormalised, unaugmented pixels, as their
+    reference does."""
     rows = reference_table()
+    methods = ("coteaching", "mentornet", "decoupling", "trevision", "forward_dualt", "ptd")
     assert {r["preset"] for r in rows} >= {
         f"{d}_{m}"
         for d in ("mnist", "cifar10", "cifar100")
-        for m in ("coteaching", "mentornet", "decoupling", "trevision", "forward_dualt", "ptd")
+        for m in (*methods, "coteachingplus", "jocor")
     }
     for row in rows:
         config = printed(CONFIGS / f"{row['preset']}.yaml")
-        expected = {k: v for k, v in row.items() if k not in ("preset", "reports")}
+        expected = {k: v for k, v in row.items() if k not in ("preset", "reports", OWN)}
         assert protocol_row(config) == expected, row["preset"]
+        assert own_options(config, row[OWN]) == row[OWN], row["preset"]
         tail = config.get("tail_test_epochs", 0)
         assert (tail == 10) == (row["reports"] == "tail"), row["preset"]
         if row["reports"] == "tail":

@@ -12,7 +12,7 @@ import torch
 
 from noisylabels.callbacks import SubsetStatistics
 from noisylabels.data import DigitsDataModule
-from noisylabels.methods import CoTeaching, Forward, NoisyLabelMethod
+from noisylabels.methods import CoTeaching, CoTeachingPlus, Forward, JoCoR, NoisyLabelMethod
 from noisylabels.run import WarmupAwareCheckpoint, fit_and_test
 
 pytestmark = pytest.mark.cuda
@@ -49,6 +49,8 @@ class SyncWatch(L.Callback):
 CASES = {
     "Forward-VRNL": (Forward, {"alpha": 0.1, "transition": "estimate"}),
     "CoTeaching": (CoTeaching, {"forget_rate": "estimate", "ramp_epochs": 1}),
+    "CoTeachingPlus-VRNL": (CoTeachingPlus, {"alpha": 0.1, "forget_rate": 0.3, "ramp_epochs": 1}),
+    "JoCoR-VRNL": (JoCoR, {"alpha": 0.1, "forget_rate": 0.3, "co_lambda": 0.5}),
 }
 
 

@@ -189,6 +189,8 @@ def _check_skips(rank: int, image_dir: str) -> dict[str, Any]:
 
 SELECTION_LOSSES = [0.5, 0.1, 0.7, 0.1, 0.3, 0.9, 0.2]  # a global batch of 7, with a tie
 FORGET_RATE = 0.4  # keep int(0.6 * 7) = 4 of the global batch (not 2 + 1 of the halves)
+SELECTION_CANDIDATES = [True, False, True, True, True, False, True]  # Co-teaching+'s disagreement
+"""5 candidates of the global batch: keep int(0.6 * 5) = 3 of them (not 1 + 1 of the halves)."""
 
 
 def _check_selection(rank: int) -> dict[str, Any]:
@@ -199,8 +201,10 @@ def _check_selection(rank: int) -> dict[str, Any]:
     model = CoTeaching(network={"backbone": "mlp"}, input_shape=(1, 8, 8), forget_rate=FORGET_RATE)
     model.current_forget_rate = FORGET_RATE
     masks = model.small_loss_masks([losses, -losses])  # facts unknown: the size is asked for
+    among = torch.tensor(SELECTION_CANDIDATES)[rank::WORLD]
+    among_masks = model.small_loss_masks([losses, -losses], among=among)
     values, valid = gather_batch(torch.stack([losses]), capacity=5)
-    return {"masks": masks, "values": values, "valid": valid}
+    return {"masks": masks, "among": among_masks, "values": values, "valid": valid}
 
 
 def _worker(rank: int, port: int, out_dir: str, data_dir: str, image_dir: str) -> None:
@@ -303,7 +307,8 @@ def test_epoch_statistics_stay_per_process_under_ddp(ranks) -> None:
 def test_small_loss_selection_is_over_the_global_batch(ranks) -> None:
     """Co-teaching under DDP keeps the samples one process with the global batch keeps (the
     global batch's int((1 - τ) B) smallest losses, ties to the earlier sample), each process
-    its own part of that mask."""
+    its own part of that mask; Co-teaching+ the int((1 - τ) n) smallest of the global batch's
+    n candidates."""
     global_losses = torch.tensor(SELECTION_LOSSES)
     keep = int((1.0 - FORGET_RATE) * len(global_losses))
     for network, losses in enumerate((global_losses, -global_losses)):
@@ -313,6 +318,16 @@ def test_small_loss_selection_is_over_the_global_batch(ranks) -> None:
             got[rank::WORLD] = res["selection"]["masks"][network]
         assert torch.equal(got, expected), network
     assert small_loss_mask(global_losses, keep).tolist() == [0, 1, 0, 1, 1, 0, 1]
+    # among candidates (Co-teaching+): the smallest of the global batch's candidates only
+    among = torch.tensor(SELECTION_CANDIDATES)
+    keep = int((1.0 - FORGET_RATE) * int(among.sum()))
+    for network, losses in enumerate((global_losses, -global_losses)):
+        expected = small_loss_mask(torch.where(among, losses, torch.inf), keep)
+        got = torch.zeros_like(expected)
+        for rank, res in enumerate(ranks):
+            got[rank::WORLD] = res["selection"]["among"][network]
+        assert torch.equal(got, expected) and not (got & ~among).any(), network
+    assert got.tolist() == [1, 0, 1, 0, 1, 0, 0]  # network 1: the largest losses first
     # the gathered batch: the global order, padding (to 2 x 5) last
     values, valid = ranks[0]["selection"]["values"], ranks[0]["selection"]["valid"]
     assert valid.tolist() == [True] * 7 + [False] * 3

@@ -17,7 +17,7 @@ epochs, the estimation epoch) is compared exactly, accuracies within :data:`ACC_
 within :data:`EPS_TOLERANCE` (measured: every accuracy of every case identical, ε_T within 1e-7).
 
 One case (T-Revision-VRNL, whose ΔT is unused before its revision stage) is in the default
-suite; all 30 cases (every registered method, with and without VRNL) run under ``slow``.
+suite; all 34 cases (every registered method, with and without VRNL) run under ``slow``.
 """
 
 from __future__ import annotations

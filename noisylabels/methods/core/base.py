@@ -254,9 +254,15 @@ class NoisyLabelMethod(StagedModule):
             variance=keep(out.variance),
             network=network,
         )
+        self.record_step(step)
+        return objective
+
+    def record_step(self, step: StepOutput) -> None:
+        """Hand ``step`` to this batch's records and the epoch statistics (:meth:`vrnl` does it
+        for the objective it computes; a method whose one objective trains several networks,
+        JoCoR, records each network's step)."""
         self._steps.append(step)
         self.epoch_stats.add(step)
-        return objective
 
     def training_objective(self, batch: dict[str, Tensor]) -> Tensor:
         """The objective of one training batch (with gradient): the VRNL objective of the
