@@ -126,9 +126,9 @@ def test_a_stopped_run_resumes_from_its_last_checkpoint(tmp_path: Path, capsys) 
             SWEEP.replace(
                 "    forward: {{model.alpha: 0.0}}\n",
                 "    forward: {{model.alpha: 0.0}}\n"
-                "    dividemix: {{model: noisylabels.methods.DivideMix}}\n",
+                "    unicorn: {{model: noisylabels.methods.UnicornLoss}}\n",
             ),
-            "names method 'noisylabels.methods.DivideMix'",
+            "names method 'noisylabels.methods.UnicornLoss'",
         ),
         (
             SWEEP + "  - where: {{method: forward}}\n    args: {{data: noisylabels.data.SVHN}}\n",
