@@ -346,8 +346,7 @@ class NoisyLabelMethod(StagedModule):
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         """A ``fast_dev_run``'s planned main-stage start (with the pass over the training set
         where the method asks for one), then a CUDA-graph step boundary."""
-        if self._smoke_split and batch_idx == self._smoke_split and self.in_warmup:
-            self.maybe_start_main_stage(batch_idx)
+        if self.maybe_start_main_stage(batch_idx):
             self.maybe_training_pass()
         self.speed.begin_step()
 

@@ -86,7 +86,7 @@ def own_part(global_values: Tensor, n: int) -> Tensor:
     return shaped[..., :n, rank]
 
 
-class _SumOverProcesses(torch.autograd.Function):
+class SumOverProcesses(torch.autograd.Function):
     """Sum over processes whose exact backward is the sum of the incoming gradients over
     processes (each process's result feeds its own objective)."""
 
@@ -114,7 +114,7 @@ def gather_rows_with_grad(values: Tensor, capacity: int) -> Tensor:
     positions = torch.arange(n, device=values.device) * size + rank
     padded = values.new_zeros(size * capacity, *values.shape[1:])
     padded = padded.index_copy(0, positions, values)
-    return _SumOverProcesses.apply(padded) if size > 1 else padded
+    return SumOverProcesses.apply(padded) if size > 1 else padded
 
 
 def gather_updates(index: Tensor, rows: Tensor, capacity: int | None) -> tuple[Tensor, Tensor]:

@@ -293,13 +293,16 @@ class StagedModule(L.LightningModule):
         batches = trainer.num_training_batches if trainer and trainer.fast_dev_run else 0
         self._smoke_split = self.schedule.smoke_warmup_batches(batches)
 
-    def maybe_start_main_stage(self, batch_idx: int | None = None) -> None:
+    def maybe_start_main_stage(self, batch_idx: int | None = None) -> bool:
         """Begin the method's own stage if the warm-up is over: at a training epoch's start, or
-        at the batch ``batch_idx`` a ``fast_dev_run`` planned (one comparison per step else)."""
+        at the batch ``batch_idx`` a ``fast_dev_run`` planned (one comparison per step else).
+        Returns whether it began now."""
         split = self._smoke_split
         if (batch_idx == split if split else batch_idx is None) and self.in_warmup:
             if split or self.schedule.main_starts(self.current_epoch, self.warmup_length()):
                 self.start_main_stage()
+                return True
+        return False
 
     def start_main_stage(self) -> None:
         """Begin the method's own stage now: the estimation point on the warm-up model that

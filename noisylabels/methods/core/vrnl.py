@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from noisylabels.errors import InputError
+from noisylabels.methods.core.distributed import SumOverProcesses
 
 SCOPES = ("global", "local")
 
@@ -41,7 +42,7 @@ class VRNLOutput:
     weights: Tensor
 
 
-class _AllReduceSum(torch.autograd.Function):
+class _AllReduceSum(SumOverProcesses):
     """Sum over processes, for a result that every process turns into the same objective.
 
     The exact backward of a sum over processes sums the incoming gradients over processes. Here
@@ -49,12 +50,6 @@ class _AllReduceSum(torch.autograd.Function):
     the identical reduced sums), so that sum is ``world_size * grad``: computed locally, it saves
     a second collective and the wait for the slowest process in the middle of the backward pass.
     """
-
-    @staticmethod
-    def forward(ctx: Any, tensor: Tensor) -> Tensor:
-        out = tensor.detach().clone()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
-        return out
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> Tensor:
