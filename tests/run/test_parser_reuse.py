@@ -121,3 +121,27 @@ def test_a_fit_leaves_the_parsers_as_built(run_cli: Any) -> None:
     [[built]] = cli._PARSERS.values()
     assert built[0] is not used[0]
     assert defaults(used) == defaults(built)
+
+
+@pytest.mark.parametrize("name", ["quickstart", "other-method", "config-text"])
+def test_the_dumps_skip_only_the_second_validation(name: str, monkeypatch) -> None:
+    """The hyperparameters Lightning hands the method and data module, and ``config.yaml``'s
+    text, are dumped without validating again what the parse validated: both equal the
+    validated dumps."""
+    import yaml
+
+    from noisylabels.run.cli import make_cli
+
+    _, *args = COMMANDS[name]
+    cli = make_cli(args, run=False)  # the model and data module built, nothing run
+    parsed = cli.config
+    assert cli.config_dump == yaml.safe_load(
+        cli.parser.dump(parsed, skip_link_targets=False, skip_none=False)
+    )
+    assert cli.config_dump["model"]["init_args"]["num_classes"] == 10  # a link target, kept
+    assert cli.model.hparams["num_classes"] == 10
+    monkeypatch.setattr(cli, "subcommand", None, raising=False)  # without subcommands: one parser
+    monkeypatch.setattr(cli, "config", {None: parsed})
+    text = cli._config_text()
+    assert text == cli.parser.dump(parsed, skip_none=False)
+    assert "num_classes" not in text  # config.yaml leaves the link targets out
