@@ -4,7 +4,8 @@ transition-matrix monitor, the divergence stop, the stop of a run that no longer
 They read what a training step hands out (its
 :class:`~noisylabels.methods.core.step.StepOutput` records) and a method's public outputs (T̂),
 never a method's insides; what a run records on disk is :mod:`noisylabels.run`'s, but for the
-statistics' own ``subsets.csv`` in the run folder (:func:`~noisylabels.callbacks.folder.run_dir`).
+statistics' own ``subsets.csv`` and the warm-up's ``transition_trace.csv`` in the run folder
+(:func:`~noisylabels.callbacks.folder.run_dir`).
 """
 
 from noisylabels.callbacks.divergence import DivergenceGuard
@@ -14,6 +15,7 @@ from noisylabels.callbacks.health import HealthMonitor, results_health
 from noisylabels.callbacks.subsets import SubsetStatistics
 from noisylabels.callbacks.tail_test import TailTest
 from noisylabels.callbacks.transition_monitor import TransitionMonitor
+from noisylabels.callbacks.transition_trace import TransitionTrace
 
 __all__ = [
     "DivergenceGuard",
@@ -23,5 +25,6 @@ __all__ = [
     "SubsetStatistics",
     "TailTest",
     "TransitionMonitor",
+    "TransitionTrace",
     "results_health",
 ]

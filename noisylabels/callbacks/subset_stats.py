@@ -50,18 +50,21 @@ def csv_columns() -> list[str]:
     return columns
 
 
-def write_csv_row(path: str | Path, epoch: int, scalars: dict[str, float]) -> None:
+def write_csv_row(
+    path: str | Path, epoch: int, scalars: dict[str, float], columns: list[str] | None = None
+) -> None:
     """Set ``epoch``'s row of the CSV file ``path`` to ``scalars`` (by tag; a statistic left
-    out is an empty cell). Rows of this epoch and later ones are dropped first, so a resumed
-    run that redoes an epoch leaves one row per epoch. The file is replaced atomically."""
+    out is an empty cell) under ``columns`` (``epoch`` first; default: ``subsets.csv``'s). Rows
+    of this epoch and later ones are dropped first, so a resumed run that redoes an epoch leaves
+    one row per epoch. The file is replaced atomically."""
     path = Path(path)
-    columns = csv_columns()
+    columns = csv_columns() if columns is None else columns
     rows: list[dict[str, str]] = []
     if path.is_file():
         with path.open(newline="") as fh:
             rows = [r for r in csv.DictReader(fh) if int(r[EPOCH_COLUMN]) < epoch]
     row = {EPOCH_COLUMN: str(epoch)}
-    row.update({name: repr(float(v)) for name, v in scalars.items() if name in columns})
+    row.update({name: _cell(v) for name, v in scalars.items() if name in columns})
     rows.append(row)
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w", newline="") as fh:
@@ -69,6 +72,13 @@ def write_csv_row(path: str | Path, epoch: int, scalars: dict[str, float]) -> No
         writer.writeheader()
         writer.writerows(rows)
     os.replace(tmp, path)
+
+
+def _cell(value: Any) -> str:
+    """A CSV cell: an integer (a count, a class) as one, any other number as a float."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return repr(float(value))
 
 
 def custom_scalars_layout() -> dict[str, dict[str, list[Any]]]:
