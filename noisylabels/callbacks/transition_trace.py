@@ -6,8 +6,9 @@ right and wrong to the run folder's ``transition_trace.csv``, one row per epoch:
 * ``{filtered,unfiltered}/t_estimation_error``: ε_T against the true T (empty where the noise
   has none) and ``.../diag_mean``, T̂'s mean diagonal;
 * ``.../flip/i``: the column of row ``i``'s largest off-diagonal entry, where clean class ``i``'s
-  flips go by T̂; ``.../wrong_flips``: how many rows point elsewhere than the true T's largest
-  off-diagonal entry (for noise whose rows have one: pair, asymmetric; empty otherwise);
+  flips go by T̂; ``.../wrong_flips``: how many of the true T's rows with flips point elsewhere
+  than its largest off-diagonal entry (for noise whose rows have one, e.g. pair; empty
+  otherwise);
 * ``.../anchor_clean/i``: the clean class of the image chosen as class ``i``'s anchor point
   (-1 where clean labels are unknown) and ``.../anchors_right``: how many anchors are images of
   their own class.
@@ -41,14 +42,16 @@ def largest_off_diagonal(T: Tensor) -> Tensor:
     return T.masked_fill(torch.eye(T.shape[0], dtype=torch.bool), float("-inf")).argmax(dim=1)
 
 
-def single_flips(T: Tensor) -> Tensor | None:
-    """The column of each row's one largest off-diagonal entry of the true T, or ``None`` where
-    some row has no single largest one (symmetric noise: every flip equally likely)."""
+def single_flips(T: Tensor) -> tuple[Tensor, Tensor] | None:
+    """The column of each row's one largest off-diagonal entry of the true T, and which rows
+    have flips at all; ``None`` where a row with flips has no single largest one (symmetric
+    noise: every flip equally likely)."""
     off = T.masked_fill(torch.eye(T.shape[0], dtype=torch.bool), float("-inf"))
     top = off.topk(2, dim=1).values
-    if bool((top[:, 0] <= top[:, 1]).any()):
+    flipping = top[:, 0] > 0
+    if bool((flipping & (top[:, 0] <= top[:, 1])).any()):
         return None
-    return off.argmax(dim=1)
+    return off.argmax(dim=1), flipping
 
 
 def trace_row(
@@ -68,7 +71,8 @@ def trace_row(
             row[f"{name}/t_estimation_error"] = estimation_error(T, T_hat)
         row[f"{name}/diag_mean"] = float(T_hat.diagonal().mean())
         if flips_true is not None:
-            row[f"{name}/wrong_flips"] = int((flips != flips_true).sum())
+            right, flipping = flips_true
+            row[f"{name}/wrong_flips"] = int(((flips != right) & flipping).sum())
         if bool((anchor_clean >= 0).all()):
             row[f"{name}/anchors_right"] = int((anchor_clean == torch.arange(c)).sum())
         for i in range(c):
