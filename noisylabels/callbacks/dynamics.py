@@ -89,6 +89,7 @@ class SampleDynamics(StepRecords):
 
     # ------------------------------------------------------------------ setup
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
         if stage == "fit":
             self._restored = None  # a state restored for an earlier test is not this fit's
 

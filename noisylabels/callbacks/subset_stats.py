@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
+from noisylabels.errors import InputError
 from noisylabels.methods.core.losses import EPS
 from noisylabels.methods.core.step import StepOutput
 
@@ -134,6 +135,16 @@ class StepRecords(L.Callback):
         self._warned = False
         # this epoch's gathered records, for the other StepRecords of the trainer: (key, sums)
         self._gathered: tuple[tuple[Any, ...], Tensor] | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Refuse to record a network the method does not train (its steps would never come,
+        and the record would stay empty)."""
+        networks = getattr(pl_module, "networks", None)
+        if networks is not None and self.network >= len(networks):
+            raise InputError(
+                f"{type(self).__name__}(network={self.network}): {type(pl_module).__name__} "
+                f"trains {len(networks)} network(s), numbered from 0"
+            )
 
     def record_steps(self, outputs: Any, losses: bool = True) -> None:
         """Keep this step's records of :attr:`network` (the losses only if ``losses``); a step

@@ -97,6 +97,35 @@ def run_callbacks(
     return callbacks
 
 
+RUN_DEFAULT = "_noisylabels_run_default"
+"""The attribute that marks a callback :func:`missing_run_callbacks` attached itself."""
+
+
+def missing_run_callbacks(
+    trainer: L.Trainer, datamodule: L.LightningDataModule | None, tail_test_epochs: int = 0
+) -> list[Callback]:
+    """The :func:`run_callbacks` of a type the caller did not give ``trainer``: a caller's
+    callback of such a type (``--trainer.callbacks+=noisylabels.callbacks.DivergenceGuard
+    --trainer.callbacks.init_args.check_every 7``) runs with its options rather than being
+    replaced by the default, as ``config.yaml`` records it; one an earlier run attached is
+    replaced. The tail test is the run's own option: a caller's :class:`TailTest` is refused
+    with where to set it."""
+    given = [c for c in trainer.callbacks if not getattr(c, RUN_DEFAULT, False)]
+    for callback in given:
+        if isinstance(callback, TailTest):
+            raise InputError(
+                "a TailTest among the trainer's callbacks: the tail test is an option of the "
+                "run, recorded in results.json; set it with --tail_test_epochs N "
+                "(fit_and_test(..., tail_test_epochs=N)) instead"
+            )
+    missing = []
+    for callback in run_callbacks(datamodule, tail_test_epochs):
+        if not any(isinstance(c, type(callback)) for c in given):
+            setattr(callback, RUN_DEFAULT, True)
+            missing.append(callback)
+    return missing
+
+
 def attach_callbacks(trainer: L.Trainer, callbacks: list[Callback]) -> None:
     """Add ``callbacks`` to ``trainer``: each replaces the trainer's callbacks of its type (or a
     base type), and checkpoint callbacks come last, in the order Lightning runs them (a
@@ -184,7 +213,9 @@ def fit_and_test(
     added = command_line_callbacks(
         trainer, model, select_best=select_best, subset_statistics=subset_statistics
     )
-    attach_callbacks(trainer, [*added, *run_callbacks(datamodule, tail_test_epochs)])
+    attach_callbacks(
+        trainer, [*added, *missing_run_callbacks(trainer, datamodule, tail_test_epochs)]
+    )
     recorder = RunRecorder(
         config_text=config_text,
         trainer_options=trainer_options(trainer, config),
