@@ -32,6 +32,9 @@ VAL_LABELS = torch.repeat_interleave(
 )
 CHANCE = majority_fraction(VAL_LABELS)
 RESULTS = sorted((REPO / "results").rglob("results.json"))
+# the shipped runs their own monitor judged healthy (or made before it existed); a run it
+# stopped (e.g. Backward-VRNL at alpha 0.1, results/later_methods_mnist) records why
+HEALTHY = [p for p in RESULTS if json.loads(p.read_text()).get("health", "ok") == "ok"]
 
 
 def _facts(val_labels: torch.Tensor = VAL_LABELS, clean_validation: bool = False) -> Any:
@@ -225,10 +228,14 @@ def test_two_processes_take_the_same_decision() -> None:
 
 
 # ----------------------------------------------------------------- the shipped runs are healthy
-def test_every_shipped_run_is_judged_ok() -> None:
-    assert len(RESULTS) >= 50
+def test_every_shipped_run_is_judged_as_its_monitor_judged_it() -> None:
+    """A finished run's record reads "ok" where the run's monitor let it finish, and not "ok"
+    where the monitor stopped it."""
+    assert len(HEALTHY) >= 50
     for path in RESULTS:
-        assert results_health(json.loads(path.read_text())) == "ok", path
+        results = json.loads(path.read_text())
+        healthy = results.get("health", "ok") == "ok"
+        assert (results_health(results) == "ok") == healthy, path
 
 
 def test_results_health_of_collapsed_and_unknown_runs() -> None:
@@ -265,7 +272,7 @@ def _curve(results: dict[str, Any], shape: str) -> list[float]:
 
 @pytest.mark.parametrize("shape", ["fast", "slow", "restart"])
 def test_the_monitor_never_fires_on_the_shipped_runs_kind_of_curve(shape: str) -> None:
-    for path in RESULTS:
+    for path in HEALTHY:
         results = json.loads(path.read_text())
         monitor, trainer = HealthMonitor(), _trainer(max_epochs=int(results.get("epochs") or 80))
         assert _epochs(monitor, trainer, _curve(results, shape)) is None, path

@@ -63,6 +63,7 @@ OTHER_EPOCH = [_steps([5, 4, 3], 5), _steps([2, 1, 0, 6], 6)]
 
 def _module() -> L.LightningModule:
     module = CE(network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2))
+    module.add_network()  # the steps below record networks 0 and 1, as a two-network method's
     module.log = lambda *args, **kwargs: None  # no trainer attached
     return module
 
