@@ -70,14 +70,13 @@ def test_a_tail_test_among_the_callbacks_is_refused_for_the_run_option(tmp_path:
     assert not list(tmp_path.rglob("results.json"))
 
 
-@pytest.mark.parametrize("network", [1, 2])
-def test_recording_a_network_the_method_lacks_is_refused(tmp_path: Path, network: int) -> None:
+def test_recording_a_network_the_method_lacks_is_refused(tmp_path: Path) -> None:
     from noisylabels.cli import run
 
-    with pytest.raises(InputError, match=r"SampleDynamics\(network=\d\): Forward trains 1"):
+    with pytest.raises(InputError, match=r"SampleDynamics\(network=1\): Forward trains 1"):
         run([*QUICK, "--trainer.default_root_dir", str(tmp_path),
              "--trainer.callbacks+=noisylabels.callbacks.SampleDynamics",
-             "--trainer.callbacks.init_args.network", str(network)])  # fmt: skip
+             "--trainer.callbacks.init_args.network", "1"])  # fmt: skip
 
 
 def test_the_run_s_own_observers_of_an_earlier_run_are_replaced(make_trainer) -> None:
