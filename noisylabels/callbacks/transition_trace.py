@@ -17,7 +17,8 @@ It answers, for a run whose estimated T̂ is far from the true one, which classe
 the wrong way, from which warm-up epoch, and whether the filter matters. The run's own T̂ is the
 method's (:mod:`noisylabels.methods.transition`); the trace only observes. Each epoch costs one
 pass over the training split, as the estimate at the end of the warm-up does. Add it with
-``--trainer.callbacks+=noisylabels.callbacks.TransitionTrace``.
+``--trainer.callbacks+=noisylabels.callbacks.TransitionTrace``; a run that estimates no T̂ from
+a warm-up refuses it. With the Dual-T estimator it traces the anchor-point part of T̂ (T♣).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from torch import Tensor
 
 from noisylabels.callbacks.folder import run_dir
 from noisylabels.callbacks.subset_stats import EPOCH_COLUMN, write_csv_row
+from noisylabels.errors import InputError
 from noisylabels.noise.estimate import anchor_points, anchor_transition, estimation_error
 
 CSV_FILE = "transition_trace.csv"
@@ -100,6 +102,16 @@ class TransitionTrace(L.Callback):
 
     def __init__(self, quantile: float | None = None) -> None:
         self.quantile = quantile
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Refuse a fit whose method estimates no T̂ from a warm-up (the trace would stay
+        empty)."""
+        if stage == "fit" and not getattr(pl_module, "estimates_transition", False):
+            raise InputError(
+                f"TransitionTrace traces how T̂ forms during a warm-up, and "
+                f"{type(pl_module).__name__} here estimates none (its T is given, learned or "
+                "absent); leave the callback out, or estimate T: --model.transition estimate"
+            )
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not (getattr(pl_module, "estimates_transition", False) and pl_module.in_warmup):

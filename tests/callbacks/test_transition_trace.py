@@ -89,3 +89,12 @@ def test_the_trace_observes_the_warmup_and_changes_nothing(run_cli, tmp_path: Pa
     assert results["t_estimation_error"] == other["t_estimation_error"]
     for a, b in zip(traced.model.parameters(), plain.model.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_run_that_estimates_no_transition_refuses_the_trace(run_cli) -> None:
+    from noisylabels.errors import InputError
+
+    with pytest.raises(InputError, match="TransitionTrace .* Forward here estimates none"):
+        run_cli("fit", "--config", str(CONFIGS / "quickstart.yaml"),  # the true T
+                "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+                "--trainer.callbacks+=noisylabels.callbacks.TransitionTrace")  # fmt: skip
