@@ -334,7 +334,7 @@ class NoisyLabelsCLI(LightningCLI):
 
     def _dump_config(self) -> None:
         """Lightning's dump of the config for the method's and data module's hyperparameters,
-        without validating again what the parse validated (a third of a smoke run's time)."""
+        without validating again what the parse validated (a fifth of a smoke run's time)."""
         if hasattr(self, "config_dump"):
             return
         text = self.parser.dump(
