@@ -129,13 +129,22 @@ class Resolver:
         digits, ce = CONFIGS / "data" / "digits.yaml", CONFIGS / "method" / "ce.yaml"
         args = ["--config", str(digits), "--config", str(ce), "--trainer.accelerator", "cpu"]
         self.parser = make_cli(args, run=False).parser
+        self.parsed: dict[tuple, Any] = {}
         self.cache: dict[tuple, dict[str, Any]] = {}
+
+    def namespace(self, configs: Sequence[Path | str], args: Sequence[str] = ()) -> Any:
+        """The parsed config of ``--config`` each of ``configs``, then ``args`` (parsed once;
+        a caller must not change it)."""
+        key = (tuple(str(c) for c in configs), tuple(args))
+        if key not in self.parsed:
+            argv = [a for c in configs for a in ("--config", str(c))]
+            self.parsed[key] = self.parser.parse_args([*argv, *args])
+        return self.parsed[key]
 
     def __call__(self, configs: Sequence[Path], args: Sequence[str] = ()) -> dict[str, Any]:
         key = (tuple(str(c) for c in configs), tuple(args))
         if key not in self.cache:
-            argv = [a for c in configs for a in ("--config", str(c))]
-            self.cache[key] = run_values(self.parser.parse_args([*argv, *args]))
+            self.cache[key] = run_values(self.namespace(configs, args))
         return self.cache[key]
 
 

@@ -51,8 +51,7 @@ def printed(resolver: resolved.Resolver) -> Callable[..., dict]:
     def _printed(*configs: Path | str, args: tuple = ()) -> dict:
         key = (tuple(str(c) for c in configs), tuple(args))
         if key not in cache:
-            argv = [a for config in configs for a in ("--config", str(config))]
-            namespace = resolver.parser.parse_args([*argv, *args])
+            namespace = resolver.namespace(configs, args)  # one parse for both fixtures
             cache[key] = resolver.parser.dump(namespace, skip_none=False)
         return yaml.safe_load(cache[key])
 
