@@ -101,6 +101,11 @@ class TransitionTrace(L.Callback):
     filter's (default: the method's ``outlier_quantile``)."""
 
     def __init__(self, quantile: float | None = None) -> None:
+        if quantile is not None and not 0.0 < quantile <= 1.0:
+            raise InputError(
+                f"TransitionTrace(quantile={quantile}): the filter's quantile is a fraction in "
+                "(0, 1], e.g. 0.97"
+            )
         self.quantile = quantile
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

@@ -98,3 +98,14 @@ def test_a_run_that_estimates_no_transition_refuses_the_trace(run_cli) -> None:
         run_cli("fit", "--config", str(CONFIGS / "quickstart.yaml"),  # the true T
                 "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
                 "--trainer.callbacks+=noisylabels.callbacks.TransitionTrace")  # fmt: skip
+
+
+def test_a_quantile_that_is_no_fraction_is_refused_before_the_run(run_cli, tmp_path: Path) -> None:
+    from noisylabels.errors import InputError
+
+    with pytest.raises(InputError, match=r"quantile=97.0\): the filter's quantile is a fraction"):
+        run_cli("fit", "--config", str(CONFIGS / "quickstart.yaml"), "--model.transition",
+                "estimate", "--model.schedule.warmup_epochs", "2",
+                "--trainer.callbacks+=noisylabels.callbacks.TransitionTrace",
+                "--trainer.callbacks.init_args.quantile", "97")  # fmt: skip
+    assert not list(tmp_path.rglob("*.ckpt"))
