@@ -7,6 +7,7 @@ Examples::
     noisylabels report runs/table1_mnist --metric last --format latex --out table1.tex
     noisylabels report runs/fig1_mnist --rows method,alpha --cols noise
     noisylabels report runs/bias --kind bias --out fig3.png
+    noisylabels report runs/table1_mnist --kind runs
 
 A number enters a mean only if it is a finite accuracy in [0, 1] of a healthy run that trained
 its protocol's epochs (and, at a sweep's grid point, was made with the sweep's options); every
@@ -70,7 +71,11 @@ def build_parser() -> Any:
     p.add_argument("--paired", action="store_true", help="add VRNL − base per seed, CI, p-value")
     p.add_argument("--paper", action="store_true", help="the paper's published numbers beside ours")
     p.add_argument(
-        "--kind", choices=("table", "bias"), default="table", help="bias: accuracy vs ε_T (PNG)"
+        "--kind",
+        choices=("table", "bias", "runs"),
+        default="table",
+        help="bias: accuracy vs ε_T (PNG); runs: one row per run (selected epoch, accuracies, "
+        "the epoch T̂ came from, ε_T, T̂'s mean diagonal, health), by --rows and --cols",
     )
     p.add_argument("--out", type=Path, help="write here (required for --kind bias: a .png)")
     p.add_argument(
@@ -196,6 +201,19 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
     cols = [f for f in args.cols.split(",") if f]
     if not rows or set(rows) & set(cols):
         raise InputError("--rows needs a field, and no field may be in both --rows and --cols")
+    if args.kind == "runs":
+        if not records:
+            raise InputError(f"no finished run under {where}")
+        title = args.title or f"{where}: every run"
+        table = render.runs_table(records, [*rows, *cols], title)
+        if args.format == "csv":
+            text = render.table_to_csv(table)
+        else:
+            text = (render.to_markdown if args.format == "markdown" else render.to_latex)(table)
+        if args.out is not None:
+            write_out(args.out, text)
+            return f"wrote {args.out}"
+        return text
     if args.paired and "method" not in rows:
         raise InputError("--paired pairs the rows X-VRNL and X: put method among --rows")
     groups = [group(records, rows, cols, m, admit) for m in metrics]

@@ -116,6 +116,7 @@ class Record:
     eps_t: float | None
     config: dict[str, Any] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)  # the run's results.json
 
     def get(self, name: str) -> Any:
         """A field, or a dotted option of the run's ``config.yaml`` (``init_args`` implied)."""
@@ -246,7 +247,7 @@ def _record(
     if why is not None:
         found.append(Problem(METRIC_PROBLEM, why, EPS_T))
     found += health_problems(results) + protocol_problems(results)
-    return Record(file, fields, results.get("seed"), metrics, eps_t, config, found)
+    return Record(file, fields, results.get("seed"), metrics, eps_t, config, found, results)
 
 
 def _mtime(file: Path) -> float:

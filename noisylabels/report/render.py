@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,6 +176,73 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
     if not out.rows:
         out.notes.insert(0, "no pairs: no X-VRNL row has its X row (with the same other fields)")
     return out
+
+
+RUN_COLUMNS = (
+    "seed", "selected epoch", "selected", "last epoch", "last 10 epochs", "T̂ from epoch",
+    "ε_T", "T̂ mean diagonal", "health",
+)  # fmt: skip
+"""The columns of :func:`runs_table` after the run's fields."""
+
+
+def _percent(value: Any) -> str:
+    return (
+        DASH
+        if not isinstance(value, int | float) or not math.isfinite(value)
+        else f"{100 * value:.2f}"
+    )
+
+
+def _number(value: Any, digits: int = 3) -> str:
+    return (
+        DASH
+        if not isinstance(value, int | float) or not math.isfinite(value)
+        else f"{value:.{digits}f}"
+    )
+
+
+def run_row(record: Record) -> list[str]:
+    """The :data:`RUN_COLUMNS` of one run, from its ``results.json`` (accuracies in %)."""
+    results = record.results
+    estimate = results.get("t_estimate")
+    diag = estimate.get("diag") if isinstance(estimate, dict) else None
+    mean_diag = sum(diag) / len(diag) if isinstance(diag, list) and diag else None
+    epoch = results.get("estimation_epoch")
+    return [
+        str(record.seed),
+        str(results.get("best_epoch", DASH)),
+        _percent(results.get("test_acc")),
+        _percent(results.get("test_acc_last")),
+        _percent(results.get("test_acc_tail_mean")),
+        DASH if epoch is None else str(epoch),
+        _number(results.get("t_estimation_error")),
+        _number(mean_diag),
+        str(results.get("health", DASH)),
+    ]
+
+
+def runs_table(records: Sequence[Record], fields: Sequence[str], title: str) -> Table:
+    """One row per run, in the order of ``fields`` and the seed: the run's ``fields``, then
+    :data:`RUN_COLUMNS` (every run, healthy or not: the health column says which)."""
+
+    def order(record: Record) -> tuple:
+        return (*(str(record.get(f)) for f in fields), str(record.seed))
+
+    rows = [[str(r.get(f)) for f in fields] + run_row(r) for r in sorted(records, key=order)]
+    notes = [
+        "accuracies in %; selected: the checkpoint of the best noisy-validation accuracy; "
+        "epochs from 0; ε_T and T̂ of runs that estimate or learn T"
+    ]
+    return Table(title, [*fields, *RUN_COLUMNS], rows, notes=notes)
+
+
+def table_to_csv(table: Table) -> str:
+    """A rendered table as CSV: its header, then its rows."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(table.header)
+    writer.writerows(table.rows)
+    return buffer.getvalue()
 
 
 def to_markdown(table: Table) -> str:

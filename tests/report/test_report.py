@@ -298,3 +298,30 @@ def test_several_metrics_side_by_side(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--metric", "best,last", "--format", "csv"])
     assert "take one metric at a time" in capsys.readouterr().err
+
+
+def test_runs_kind_lists_every_run_with_its_estimate(tmp_path: Path) -> None:
+    """``--kind runs``: a row per run, healthy or not, ordered by the row and column fields
+    and the seed, with the selected epoch, the accuracies in %, the epoch T̂ came from, ε_T
+    and T̂'s mean diagonal read from each results.json."""
+    root = write_runs(tmp_path)
+    first = root / "Forward-pair" / "seed-1" / "version_0" / "results.json"
+    results = json.loads(first.read_text())
+    results.update(best_epoch=7, estimation_epoch=18, t_estimation_error=0.5312,
+                   t_estimate={"diag": [0.5, 0.7]}, health="collapsed: at chance")  # fmt: skip
+    first.write_text(json.dumps(results))
+    out = report(root, "--kind", "runs", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == len(RUNS)
+    keys = [(r["method"], r["noise"], r["seed"]) for r in rows]
+    assert keys == sorted(keys)
+    row = next(r for r in rows if r["method"] == "Forward" and r["noise"] == "Pair-45%"
+               and r["seed"] == "1")  # fmt: skip
+    assert row["selected epoch"] == "7" and row["T̂ from epoch"] == "18"
+    assert row["selected"] == "91.00" and row["last epoch"] == "82.00"
+    assert row["ε_T"] == "0.531" and row["T̂ mean diagonal"] == "0.600"
+    assert row["health"] == "collapsed: at chance"  # listed, not left out
+    other = next(r for r in rows if r["method"] == "VolMinNet")
+    assert other["ε_T"] == other["T̂ from epoch"] == "—"
+    markdown = report(root, "--kind", "runs")
+    assert markdown.count("\n| Forward |") == 5 and "every run" in markdown
