@@ -39,16 +39,21 @@ CSV_FILE = "transition_trace.csv"
 FILTERS = {"filtered": True, "unfiltered": False}
 
 
+def off_diagonal(T: Tensor) -> Tensor:
+    """A C x C matrix with its diagonal at -inf (what row maxima of flips are taken over)."""
+    return T.masked_fill(torch.eye(T.shape[0], dtype=torch.bool), float("-inf"))
+
+
 def largest_off_diagonal(T: Tensor) -> Tensor:
     """``(C,)``: the column of each row's largest off-diagonal entry of a C x C matrix."""
-    return T.masked_fill(torch.eye(T.shape[0], dtype=torch.bool), float("-inf")).argmax(dim=1)
+    return off_diagonal(T).argmax(dim=1)
 
 
 def single_flips(T: Tensor) -> tuple[Tensor, Tensor] | None:
     """The column of each row's one largest off-diagonal entry of the true T, and which rows
     have flips at all; ``None`` where a row with flips has no single largest one (symmetric
     noise: every flip equally likely)."""
-    off = T.masked_fill(torch.eye(T.shape[0], dtype=torch.bool), float("-inf"))
+    off = off_diagonal(T)
     top = off.topk(2, dim=1).values
     flipping = top[:, 0] > 0
     if bool((flipping & (top[:, 0] <= top[:, 1])).any()):

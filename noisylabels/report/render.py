@@ -185,20 +185,15 @@ RUN_COLUMNS = (
 """The columns of :func:`runs_table` after the run's fields."""
 
 
-def _percent(value: Any) -> str:
-    return (
-        DASH
-        if not isinstance(value, int | float) or not math.isfinite(value)
-        else f"{100 * value:.2f}"
-    )
-
-
 def _number(value: Any, digits: int = 3) -> str:
-    return (
-        DASH
-        if not isinstance(value, int | float) or not math.isfinite(value)
-        else f"{value:.{digits}f}"
-    )
+    """A finite number with ``digits`` decimals, else a dash."""
+    finite = isinstance(value, int | float) and math.isfinite(value)
+    return f"{value:.{digits}f}" if finite else DASH
+
+
+def _percent(value: Any) -> str:
+    """A fraction as a percentage with 2 decimals, else a dash."""
+    return _number(100 * value if isinstance(value, int | float) else None, 2)
 
 
 def run_row(record: Record) -> list[str]:
