@@ -24,6 +24,7 @@ from noisylabels.errors import InputError, MissingFileError, load_error_summary
 from noisylabels.run.artifacts import DYNAMICS_FILE, NOISE_FILE
 from noisylabels.run.defaults import CONFIG_FILE
 from noisylabels.run.rules import RESULTS_FILE, UNFINISHED
+from noisylabels.yamlio import load_yaml
 
 
 @dataclass
@@ -129,7 +130,7 @@ def read_run(path: str | Path) -> RunFolder:
         )
     try:
         results = json.loads((folder / RESULTS_FILE).read_text())
-        config = yaml.safe_load((folder / CONFIG_FILE).read_text())
+        config = load_yaml((folder / CONFIG_FILE).read_text())
     except (ValueError, yaml.YAMLError) as err:
         raise InputError(f"cannot read the run files of {folder} ({err}); train it again") from err
     noise = load_pt(folder / NOISE_FILE)

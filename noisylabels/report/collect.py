@@ -42,6 +42,7 @@ from noisylabels.report.problems import (
     metric_of,
     protocol_problems,
 )
+from noisylabels.yamlio import load_yaml
 
 # the run files of run/ and sweep/, named again here: a report reads them without torch
 RESULTS_FILE = "results.json"
@@ -203,7 +204,7 @@ def _read_config(file: Path) -> dict[str, Any]:
     if not file.exists():
         return {}
     try:
-        config = yaml.safe_load(read_regular(file))
+        config = load_yaml(read_regular(file))
     except yaml.YAMLError as err:
         summary = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise DamagedRun(f"{file} cannot be read as YAML: {summary}") from None

@@ -26,6 +26,7 @@ from typing import Any
 
 from noisylabels.report.collect import RESULTS_FILE, VRNL_SUFFIX
 from noisylabels.report.writing import out_error
+from noisylabels.yamlio import load_yaml
 
 # the statistics file of a run folder, as SubsetStatistics names it
 # (noisylabels.callbacks.subset_stats.CSV_FILE); named here, as report names the files it reads,
@@ -100,7 +101,7 @@ def _run_method(event_dir: Path) -> tuple[str | None, float | None]:
     args: dict[str, Any] = {}
     method = None
     try:
-        config = yaml.safe_load((event_dir / "config.yaml").read_text()) or {}
+        config = load_yaml((event_dir / "config.yaml").read_text()) or {}
         model = config.get("model") or {}
         args = model.get("init_args") or {}
         method = str(model.get("class_path", "")).rsplit(".", 1)[-1] or None

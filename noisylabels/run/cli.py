@@ -22,7 +22,6 @@ from typing import Any
 
 import lightning as L
 import torch
-import yaml
 from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
@@ -47,6 +46,7 @@ from noisylabels.run.fit import fit_and_test
 from noisylabels.run.loggers import fill_save_dirs, logger_keys, share_run_folder
 from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
 from noisylabels.run.rules import check_run_length, folder_problem
+from noisylabels.yamlio import load_yaml
 
 # one device where a config does not say otherwise; the epochs of the method's stage schedule
 # and a run folder named after the config's data and method (runs/<dataset>_<method>) where no
@@ -340,7 +340,7 @@ class NoisyLabelsCLI(LightningCLI):
         text = self.parser.dump(
             self.config, "yaml", skip_link_targets=False, skip_none=False, skip_validation=True
         )
-        self.config_dump = yaml.safe_load(text)
+        self.config_dump = load_yaml(text)
         if "subcommand" in self.config:
             self.config_dump = self.config_dump[self.config.subcommand]
 

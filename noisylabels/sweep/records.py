@@ -36,6 +36,7 @@ from noisylabels.run.resume import CHECKPOINT_FILE as LAST
 from noisylabels.run.storage import write_json
 from noisylabels.sweep.grid import RESULTS_FILE, RUN_FILE, Run, Sweep, display_path
 from noisylabels.sweep.lock import holder, read_json
+from noisylabels.yamlio import load_yaml
 
 
 def write_run_file(sweep: Sweep, run: Run, command: Sequence[str], sha256: str) -> None:
@@ -121,7 +122,7 @@ def _current_sha256(path: str) -> str | None:
 def _run_config(path: Path) -> dict[str, Any] | None:
     """The mapping of the ``config.yaml`` a run wrote, or ``None`` if it cannot be read."""
     try:
-        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+        content = load_yaml(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     return content if isinstance(content, dict) else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from noisylabels.run import compose
@@ -25,3 +26,24 @@ def test_a_text_is_parsed_once_and_each_read_is_a_copy(tmp_path: Path, monkeypat
     path.write_text("trainer:\n  max_epochs: 4\n  devices: 1\n")  # same size, new text
     assert compose.read_yaml(path)["trainer"]["max_epochs"] == 4
     assert len(calls) == 2
+
+
+def test_the_fast_reader_reads_every_record_as_the_safe_loader_does() -> None:
+    """``load_yaml`` (libyaml where PyYAML has it) reads a committed run's ``config.yaml`` of
+    each results folder and every shipped config to the values ``yaml.safe_load`` gives, and
+    refuses what it refuses."""
+    from noisylabels.yamlio import load_yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    records = [next(folder.rglob("config.yaml")) for folder in sorted((repo / "results").iterdir())
+               if folder.is_dir()]  # fmt: skip
+    files = records + sorted((repo / "configs").rglob("*.yaml"))
+    assert len(records) >= 5 and len(files) > 100
+    for file in files:
+        text = file.read_text()
+        assert load_yaml(text) == yaml.safe_load(text), file
+    for damaged in ("a: [1, 2\n", "a: b: c\n", "\t- x\n", "a: 1\nb: *x\n"):
+        with pytest.raises(yaml.YAMLError):
+            yaml.safe_load(damaged)
+        with pytest.raises(yaml.YAMLError):
+            load_yaml(damaged)
