@@ -25,6 +25,9 @@ trained MixMatch-style on two augmented views of every image (``--data.views 2``
   ``t`` the (fractional) epochs into the method's stage, ``π`` uniform and ``p̂`` the mean
   softmax over all mixed rows (``prior_penalty``).
 
+Where a batch's two views are equal (data without augmentation), each network's targets come
+from one pass of view 0, the same logits as two (:func:`stateful` networks still get two).
+
 With ``alpha != 0`` (DivideMix-VRNL) the labeled part is ``mean(l) - alpha · Var(l)`` over the
 labeled samples' ``l_i``: the supervised per-sample losses, the only ones against a (refined)
 given label; see docs/methods.md. Validation and test score the two networks' averaged logits.
@@ -275,13 +278,17 @@ class DivideMix(NoisyLabelMethod):
         co-guessed ones elsewhere (the other network in eval mode); and network ``k``'s logits
         of view 0 (what the step records of its samples)."""
         temperature = float(self.hparams.temperature)
-        own_logits = [self.network_logits(v, k) for v in views[:2]]
+        # equal views (data without augmentation, e.g. MNIST): one pass stands for both where
+        # a second would give the same logits and change nothing (no dropout or normalization
+        # statistics in training mode; the peer is in eval mode)
+        same = torch.equal(views[0], views[1])
+        own_logits = self._view_logits(views, k, same and not stateful(self.networks[k]))
         own = [F.softmax(z.float(), dim=1) for z in own_logits]
         other = self.networks[1 - k]
         mode = other.training
         other.eval()
         try:
-            peer = [F.softmax(self.network_logits(v, 1 - k).float(), dim=1) for v in views[:2]]
+            peer = [F.softmax(z.float(), dim=1) for z in self._view_logits(views, 1 - k, same)]
         finally:
             other.train(mode)
         onehot = F.one_hot(labels, self.num_classes).float()
@@ -289,6 +296,12 @@ class DivideMix(NoisyLabelMethod):
         refined = sharpen(w * onehot + (1.0 - w) * (own[0] + own[1]) / 2.0, temperature)
         guessed = sharpen((own[0] + own[1] + peer[0] + peer[1]) / 4.0, temperature)
         return torch.where(labeled[:, None], refined, guessed), own_logits[0]
+
+    def _view_logits(self, views: Tensor, k: int, once: bool) -> list[Tensor]:
+        """Network ``k``'s logits of the first two views; with ``once``, of view 0 for both."""
+        if once:
+            return [self.network_logits(views[0], k)] * 2
+        return [self.network_logits(v, k) for v in views[:2]]
 
     def mix_partners(self, n: int, k: int, device: torch.device) -> tuple[Tensor, float, int]:
         """This step's mixup of network ``k``: for each of this process's ``2n`` rows (view 0
@@ -398,6 +411,19 @@ class DivideMix(NoisyLabelMethod):
             for name, value in self.division_stats.items():
                 self.log(name, value)
             self.log("train/lambda_u", self.current_lambda_u())
+
+
+def stateful(network: nn.Module) -> bool:
+    """Whether a training-mode pass of ``network`` draws random numbers or updates state
+    (dropout, batch-normalization statistics), so that two passes of one input differ."""
+    return any(
+        module.training
+        and (
+            isinstance(module, nn.modules.dropout._DropoutNd)
+            or (isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats)
+        )
+        for module in network.modules()
+    )
 
 
 def _save_division(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:

@@ -14,7 +14,7 @@ from sklearn.mixture import GaussianMixture
 from noisylabels.errors import InputError
 from noisylabels.methods import DivideMix
 from noisylabels.methods.core.evaluation import TrainingPass
-from noisylabels.methods.dividemix import STATE_KEY, clean_probability
+from noisylabels.methods.dividemix import STATE_KEY, clean_probability, stateful
 
 C, B, N = 4, 6, 12
 ALPHA = 0.1
@@ -101,6 +101,41 @@ def test_one_step_is_mixmatch_on_the_other_networks_division(monkeypatch) -> Non
         assert torch.equal(step.used, labeled)
     # the two networks divide differently, so the test covers both labeled and unlabeled rows
     assert 0 < int(expected[0][2].sum()) < B and not torch.equal(expected[0][2], expected[1][2])
+
+
+def test_equal_views_take_one_pass_that_changes_nothing(monkeypatch) -> None:
+    """Views that are equal (data without augmentation, e.g. MNIST) are passed through each
+    network once for the targets, and the step is the step of two passes; a network whose
+    training pass draws random numbers or updates statistics gets both passes."""
+    model = model_of()
+    model.clean_prob = torch.rand(2, N, generator=torch.Generator().manual_seed(3))
+    batch = batch_of()
+    batch["views"] = torch.stack([batch["views"][0], batch["views"][0].clone()])
+    draws = {
+        k: (torch.randperm(2 * B, generator=torch.Generator().manual_seed(5 + k)), lam)
+        for k, lam in ((0, 0.7), (1, 0.9))
+    }
+    monkeypatch.setattr(model, "mix_partners", lambda n, k, device: (*draws[k], n))
+    calls = []
+    real = model.network_logits
+    monkeypatch.setattr(model, "network_logits", lambda x, k=0: calls.append(k) or real(x, k))
+    objective = model.training_objective(batch)
+    expected = sum(expected_objective(model, batch, *draws[k], k)[0] for k in range(2))
+    torch.testing.assert_close(objective, expected)
+    assert calls == [0, 1, 0, 1, 0, 1]  # per network: its own pass, the peer's, the mixed rows
+    assert not stateful(model.networks[0])
+    model.networks[0].add_module("dropout", torch.nn.Dropout(0.0))  # a pass that would draw
+    calls.clear()
+    model.training_objective(batch)
+    assert calls == [0, 0, 1, 0, 1, 0, 1]
+    for module, expected_state in (
+        (torch.nn.Dropout(0.5), True),
+        (torch.nn.BatchNorm1d(3), True),
+        (torch.nn.BatchNorm1d(3, track_running_stats=False), False),
+        (torch.nn.Linear(3, 3), False),
+    ):
+        assert stateful(torch.nn.Sequential(module)) is expected_state
+        assert stateful(torch.nn.Sequential(module).eval()) is False
 
 
 def test_the_mixup_draw_is_a_bijection_of_the_batchs_rows_with_lambda_at_least_half() -> None:
