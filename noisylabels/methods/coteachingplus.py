@@ -11,10 +11,11 @@ disagreement trains neither network (its objective is 0). ``tau_t`` ramps from 0
 estimated row-stochastic T̂ (``T̂[i, j] ≈ P(noisy=j | clean=i)``); see
 :mod:`noisylabels.methods.selection`.
 
-``loss``: ``ce`` is the cross-entropy of the paper's Algorithm 1; ``softmax_ce`` is what the
-reference code (xingruiyu/coteaching_plus) computes once the disagreement stage begins: the
-cross-entropy of the softmax outputs taken as logits, ``-log softmax(softmax(z))_y``, a bounded
-loss, for selection and training alike.
+``loss``: ``softmax_ce`` (the default) is what the reference code (xingruiyu/coteaching_plus)
+computes once the disagreement stage begins: the cross-entropy of the softmax outputs taken as
+logits, ``-log softmax(softmax(z))_y``, a bounded loss, for selection and training alike; ``ce`` is
+the cross-entropy of the paper's Algorithm 1, with which the networks memorize the disagreement
+set on MNIST Sym-50 % (docs/results.md).
 
 With ``alpha != 0`` each network's objective is the VRNL objective over the losses of the samples
 it trains on (its peer's small-loss selection among the disagreement samples); network 0 is
@@ -41,12 +42,12 @@ class CoTeachingPlus(SmallLossMethod):
     Args:
         init_epochs: epochs of plain Co-teaching at the start of the method's own stage before
             the disagreement rule applies (the reference: MNIST 0, CIFAR-10 20, CIFAR-100 5).
-        loss: ``ce`` (the paper) or ``softmax_ce`` (the reference code's loss in the
-            disagreement stage: cross-entropy of the softmax outputs).
+        loss: ``softmax_ce`` (the reference code's loss in the disagreement stage:
+            cross-entropy of the softmax outputs) or ``ce`` (the paper's Algorithm 1).
         **kwargs: see :class:`~noisylabels.methods.selection.SmallLossMethod`.
     """
 
-    def __init__(self, init_epochs: int = 0, loss: str = "ce", **kwargs: Any) -> None:
+    def __init__(self, init_epochs: int = 0, loss: str = "softmax_ce", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if int(init_epochs) < 0:
             raise InputError(f"--model.init_epochs must be >= 0, got {init_epochs}")
