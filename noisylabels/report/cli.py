@@ -210,10 +210,7 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
             text = render.table_to_csv(table)
         else:
             text = (render.to_markdown if args.format == "markdown" else render.to_latex)(table)
-        if args.out is not None:
-            write_out(args.out, text)
-            return f"wrote {args.out}"
-        return text
+        return deliver(text, args.out)
     if args.paired and "method" not in rows:
         raise InputError("--paired pairs the rows X-VRNL and X: put method among --rows")
     groups = [group(records, rows, cols, m, admit) for m in metrics]
@@ -256,11 +253,15 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
             print(warning, end="", file=sys.stderr)
         else:
             parts.append(warning)
-    text = "\n".join(parts)
-    if args.out is not None:
-        write_out(args.out, text)
-        return f"wrote {args.out}"
-    return text
+    return deliver("\n".join(parts), args.out)
+
+
+def deliver(text: str, out: Path | None) -> str:
+    """``text``, or, with ``--out``, what it was written to (the text goes to the file)."""
+    if out is None:
+        return text
+    write_out(out, text)
+    return f"wrote {out}"
 
 
 def main(argv: list[str] | None = None) -> str:
