@@ -299,6 +299,7 @@ class NoisyDataModule(L.LightningDataModule):
             batch_size=self.batch_size,
             val_labels=self.validation_labels(),
             views=self.views,
+            views_differ=self.augment,
         )
 
     def validation_labels(self) -> Tensor:

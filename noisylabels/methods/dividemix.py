@@ -25,8 +25,8 @@ trained MixMatch-style on two augmented views of every image (``--data.views 2``
   ``t`` the (fractional) epochs into the method's stage, ``π`` uniform and ``p̂`` the mean
   softmax over all mixed rows (``prior_penalty``).
 
-Where a batch's two views are equal (data without augmentation), each network's targets come
-from one pass of view 0, the same logits as two (:func:`stateful` networks still get two).
+Where the data's two views are equal (its facts say it is not augmented), each network's targets
+come from one pass of view 0, the same logits as two (:func:`stateful` networks still get two).
 
 With ``alpha != 0`` (DivideMix-VRNL) the labeled part is ``mean(l) - alpha · Var(l)`` over the
 labeled samples' ``l_i``: the supervised per-sample losses, the only ones against a (refined)
@@ -172,6 +172,8 @@ class DivideMix(NoisyLabelMethod):
         self.clean_prob = torch.zeros(2, 0)
         self.division_stats: dict[str, float] = {}
         self._batch_idx = 0
+        # the data's training views are equal copies (no augmentation): read once in setup
+        self.equal_views = False
         save_hook = getattr(self, "register_state_dict_post_hook", None)
         (save_hook or self._register_state_dict_hook)(_save_division)
         self.register_load_state_dict_pre_hook(_load_division)
@@ -180,6 +182,7 @@ class DivideMix(NoisyLabelMethod):
     def setup(self, stage: str) -> None:
         super().setup(stage)
         facts = self.data_facts()
+        self.equal_views = facts is not None and not facts.views_differ
         if stage == "fit" and facts is not None and self.clean_prob.shape[1] != facts.num_samples:
             # a checkpoint's division replaces it on resume
             self.clean_prob = torch.zeros(2, facts.num_samples, device=self.device)
@@ -278,10 +281,10 @@ class DivideMix(NoisyLabelMethod):
         co-guessed ones elsewhere (the other network in eval mode); and network ``k``'s logits
         of view 0 (what the step records of its samples)."""
         temperature = float(self.hparams.temperature)
-        # equal views (data without augmentation, e.g. MNIST): one pass stands for both where
-        # a second would give the same logits and change nothing (no dropout or normalization
-        # statistics in training mode; the peer is in eval mode)
-        same = torch.equal(views[0], views[1])
+        # equal views (data without augmentation, e.g. MNIST, as its facts say): one pass
+        # stands for both where a second would give the same logits and change nothing (no
+        # dropout or normalization statistics in training mode; the peer is in eval mode)
+        same = self.equal_views
         own_logits = self._view_logits(views, k, same and not stateful(self.networks[k]))
         own = [F.softmax(z.float(), dim=1) for z in own_logits]
         other = self.networks[1 - k]

@@ -53,6 +53,10 @@ class DataFacts:
             unknown.
         views: augmented views of every image a training batch holds (``--data.views``; more
             than 1: under the batch key ``views``, ``(K, B, C, H, W)``).
+        views_differ: the views are independent draws of a training augmentation; ``False``
+            where the data is not augmented and every view is the same normalized image (a
+            method may then pass one view through a network for all of them). ``True`` where
+            unknown.
     """
 
     num_classes: int
@@ -67,6 +71,7 @@ class DataFacts:
     batch_size: int | None = None
     val_labels: Tensor | None = None
     views: int = 1
+    views_differ: bool = True
 
     @property
     def num_samples(self) -> int:

@@ -5,12 +5,15 @@ min-max normalized losses; the division is state."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from sklearn.mixture import GaussianMixture
 
+from noisylabels.data import DigitsDataModule
 from noisylabels.errors import InputError
 from noisylabels.methods import DivideMix
 from noisylabels.methods.core.evaluation import TrainingPass
@@ -109,6 +112,7 @@ def test_equal_views_take_one_pass_that_changes_nothing(monkeypatch) -> None:
     training pass draws random numbers or updates statistics gets both passes."""
     model = model_of()
     model.clean_prob = torch.rand(2, N, generator=torch.Generator().manual_seed(3))
+    model.equal_views = True  # what setup reads of data without augmentation
     batch = batch_of()
     batch["views"] = torch.stack([batch["views"][0], batch["views"][0].clone()])
     draws = {
@@ -216,3 +220,24 @@ def test_bad_options_are_refused() -> None:
     ):
         with pytest.raises(InputError, match=match):
             model_of(**options)
+
+
+@pytest.mark.parametrize("augment", [False, True])
+def test_whether_views_are_equal_is_read_once_from_the_data(augment: bool) -> None:
+    """The data's facts say whether its views can differ, and they hold of its batches: without
+    augmentation every view is the same image (one pass stands for both), with it the views are
+    independent draws (two passes); a step never compares the views itself."""
+    dm = DigitsDataModule(views=2, augment=augment, batch_size=32)
+    dm.setup("fit")
+    assert dm.data_facts().views_differ is augment
+    dm.trainer = SimpleNamespace(training=True)
+    batch = dm.on_after_batch_transfer(next(iter(dm.train_dataloader())), 0)
+    assert torch.equal(batch["views"][0], batch["views"][1]) is not augment
+    model = DivideMix(
+        network={"backbone": "mlp", "backbone_kwargs": {"hidden": [8]}},
+        num_classes=dm.num_classes,
+        input_shape=dm.input_shape,
+    )
+    model._trainer = SimpleNamespace(datamodule=dm, fast_dev_run=False, max_epochs=5)
+    model.setup("fit")
+    assert model.equal_views is not augment
