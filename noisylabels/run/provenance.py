@@ -141,14 +141,20 @@ def _git(root: Path, *args: str) -> str | None:
 def git_state(root: Path | None = None) -> tuple[str | None, bool | None]:
     """``(commit, dirty)`` of the project checkout at ``root`` (default: the folder holding the
     imported ``noisylabels`` package); ``(None, None)`` when it is not the top of a git checkout
-    or git is not installed."""
+    (no ``.git`` there), has no commit yet, or git is not installed. ``dirty``: a tracked file
+    differs from the commit (untracked files do not count). One git call (a run makes one per
+    results file)."""
     root = Path(noisylabels.__file__).resolve().parents[1] if root is None else root
-    top = _git(root, "rev-parse", "--show-toplevel")
-    if top is None or Path(top).resolve() != root.resolve():
+    if not (root / ".git").exists():  # a folder inside a checkout is not its top
         return None, None
-    commit = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no")
-    return commit, (None if status is None else bool(status))
+    status = _git(root, "status", "--porcelain=v2", "--branch", "--untracked-files=no")
+    if status is None:
+        return None, None
+    lines = status.splitlines()
+    commit = next((ln.split()[2] for ln in lines if ln.startswith("# branch.oid ")), None)
+    if commit is None or commit == "(initial)":
+        return None, None
+    return commit, any(not ln.startswith("#") for ln in lines)
 
 
 def provenance(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 from pathlib import Path
 
 import lightning
+import pytest
 import torch
 
 import noisylabels
@@ -44,6 +46,37 @@ def test_config_hash_ignores_where_a_run_is_written_and_how_it_started() -> None
 
 def test_outside_git_there_is_no_commit(tmp_path: Path) -> None:
     assert git_state(tmp_path) == (None, None)
+
+
+def test_the_commit_and_whether_a_tracked_file_differs_from_it(tmp_path: Path) -> None:
+    """The checkout's commit; dirty exactly when a tracked file differs from it (staged or not,
+    untracked files aside); no commit for a folder inside a checkout or before a first commit."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    git("init", "-q")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.py").write_text("x = 1\n")
+    assert git_state(tmp_path) == (None, None)  # no commit yet
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    head = git("rev-parse", "HEAD")
+    assert git_state(tmp_path) == (head, False)
+    assert git_state(tmp_path / "sub") == (None, None)
+    (tmp_path / "new.py").write_text("")
+    assert git_state(tmp_path) == (head, False)  # untracked
+    (tmp_path / "sub" / "a.py").write_text("x = 2\n")
+    assert git_state(tmp_path) == (head, True)
+    git("add", "-A")
+    assert git_state(tmp_path) == (head, True)  # staged
+    git("commit", "-qm", "second")
+    assert git_state(tmp_path) == (git("rev-parse", "HEAD"), False)
 
 
 def test_labels_hash_follows_the_noise() -> None:
