@@ -350,8 +350,8 @@ def test_fast_dev_run_clothing1m_config(
     config: Path, clothing, run_cli, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Every Clothing1M preset trains, validates and tests. The real ResNet-50 runs with the CE
-    preset (and in the tests below); the presets of the other methods, which differ from it in
-    the method only, run with the tiny stand-in backbone."""
+    preset; the presets of the other methods, which differ from it in the method only, and the
+    tests below, which test the data, run with the tiny stand-in backbone."""
     if config.stem != "clothing1m_ce":
         request.getfixturevalue("tiny_backbones")
     root, _ = clothing
@@ -384,7 +384,9 @@ def test_fast_dev_run_clothing1m_config(
     assert results["test_acc"] is not None and 0.0 <= results["test_acc"] <= 1.0
 
 
-def test_cli_clean_val_and_subsampling_with_workers(clothing, run_cli, tmp_path: Path) -> None:
+def test_cli_clean_val_and_subsampling_with_workers(
+    clothing, run_cli, tmp_path: Path, tiny_backbones: None
+) -> None:
     """The other protocol, per-epoch subsampling and worker processes through the real CLI; the
     corrupt images are skipped, not fatal."""
     root, _ = clothing
@@ -418,7 +420,9 @@ def test_cli_clean_val_and_subsampling_with_workers(clothing, run_cli, tmp_path:
     assert cli.datamodule.skipped_images >= 1  # the corrupt test image, counted in a worker
 
 
-def test_subset_statistics_use_the_clean_noisy_overlap(clothing, run_cli) -> None:
+def test_subset_statistics_use_the_clean_noisy_overlap(
+    clothing, run_cli, tiny_backbones: None
+) -> None:
     """Training images listed in both label files are the ones split into mislabeled/correct."""
     root, facts = clothing
     with warnings.catch_warnings():
