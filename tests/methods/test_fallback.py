@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from torch._dynamo.backends.common import aot_autograd
 from noisylabels.errors import InputError
 from noisylabels.methods import CE
 from noisylabels.methods.core import acceleration
-from noisylabels.methods.core.acceleration import RECOMPILE_LIMIT, Acceleration
+from noisylabels.methods.core.acceleration import Acceleration
 
 from conftest import CONFIGS, read_results
 
@@ -128,7 +129,20 @@ def test_a_graph_break_storm_falls_back_to_eager(monkeypatch: pytest.MonkeyPatch
     assert len([w for w in caught if FALLBACK in str(w.message)]) == 1
 
 
-def test_the_recompile_limit_falls_back_to_eager_instead_of_silently() -> None:
+@pytest.fixture()
+def low_recompile_limit(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """RECOMPILE_LIMIT (and Dynamo's own limit, which a run only raises) lowered to 3, so that
+    reaching it takes a few compiles rather than sixteen."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(acceleration, "RECOMPILE_LIMIT", 3)
+    with config.patch(**{name: 3}):
+        yield 3
+
+
+def test_the_recompile_limit_falls_back_to_eager_instead_of_silently(
+    low_recompile_limit: int,
+) -> None:
     """A function recompiled at every call (a Python number that changes, specialized in a
     static graph) reaches the recompile limit: Dynamo would run it eagerly without a word; the
     run warns and runs eagerly."""
@@ -139,7 +153,7 @@ def test_the_recompile_limit_falls_back_to_eager_instead_of_silently() -> None:
     speed = Acceleration(True, "eager", False)
     fn = _guarded(scaled, speed)
     with pytest.warns(UserWarning, match=FALLBACK):
-        for k in range(RECOMPILE_LIMIT + 2):
+        for k in range(low_recompile_limit + 2):
             assert torch.equal(fn(torch.ones(2), k), torch.full((2,), float(k)))
     assert speed.mode is None and "Recompile" in speed.failure
 
@@ -149,13 +163,13 @@ class _Scaler:
         return x * k
 
 
-def test_earlier_runs_graphs_do_not_count_against_a_new_run() -> None:
+def test_earlier_runs_graphs_do_not_count_against_a_new_run(low_recompile_limit: int) -> None:
     """Many runs in one process (a session, a test suite), each with graphs of its own (here
     another constant each): every run's compiled functions get their own recompile limit, so
     none falls back to eager."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for k in range(RECOMPILE_LIMIT + 4):
+        for k in range(low_recompile_limit + 4):
             speed = Acceleration(True, "eager", False)
             loss = speed.resolve(CPU, [], _Scaler().loss, collective=False, name="Probe")
             assert torch.equal(loss(torch.ones(2), k), torch.full((2,), float(k)))
