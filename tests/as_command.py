@@ -65,11 +65,44 @@ def run_as_command(
     return os.waitstatus_to_exitcode(wait_status)
 
 
+# what a fit imports on first use (its figures, the TensorBoard logger, the digits, DivideMix's
+# mixture model): imported once here rather than by every forked command
+FIRST_USE = (
+    "matplotlib.backends.backend_agg",
+    "matplotlib.figure",
+    "sklearn.datasets",
+    "sklearn.mixture",
+    "torch.utils.tensorboard",
+)
+
+
+def warm_up() -> None:
+    """Do once, before the forks, what every command would otherwise do for itself: import the
+    package, the training stack and what a fit imports on first use, and build the parsers of
+    ``noisylabels fit`` (the package keeps them for the next command of the process,
+    run/cli.py); then move every object out of the garbage collector's reach, so that a child's
+    collections neither walk them nor copy the memory pages they share with this process."""
+    import contextlib
+    import gc
+    import importlib
+    import io
+
+    import noisylabels.cli  # noqa: F401
+    from noisylabels.run.cli import make_cli
+
+    for module in FIRST_USE:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
+    quickstart = REPO / "configs" / "quickstart.yaml"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        make_cli(["fit", "--config", str(quickstart), "--print_config"])  # stdout is answers'
+    gc.collect()
+    gc.freeze()
+
+
 def serve() -> None:
     """Answer the requests on stdin (see the module docstring) until it closes."""
-    import noisylabels.cli  # noqa: F401  # imported once, before the forks
-    import noisylabels.run.cli  # noqa: F401
-
+    warm_up()
     for line in sys.stdin:
         request = json.loads(line)
         status = run_as_command(
