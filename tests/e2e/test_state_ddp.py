@@ -72,17 +72,18 @@ def _worker(rank: int, port: int, root: str, name: str) -> None:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_state_under_ddp_is_the_one_process_state(name: str, run_cli, tmp_path: Path) -> None:
+    # the one-process run first: the DDP processes, forked, inherit what it imported and built
+    run_cli(
+        *ddp_args(name),
+        *("--data.batch_size", str(GLOBAL_BATCH), "--trainer.devices", "1"),
+        root=tmp_path / "one",
+    )
     root = tmp_path / "ddp"
     mp.start_processes(
         _worker, args=(_free_port(), str(root), name), nprocs=WORLD, start_method="fork"
     )
     errors = sorted(root.glob("error-rank*.txt"))
     assert not errors, "\n".join(p.read_text()[-3000:] for p in errors)
-    run_cli(
-        *ddp_args(name),
-        *("--data.batch_size", str(GLOBAL_BATCH), "--trainer.devices", "1"),
-        root=tmp_path / "one",
-    )
     ddp, one = read_results(root), read_results(tmp_path / "one")
     for key in EXACT:
         assert ddp[key] == one[key], key
