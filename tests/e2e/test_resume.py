@@ -14,7 +14,7 @@ import pytest
 import torch
 from as_command import run_command
 
-from conftest import CONFIGS, read_results
+from conftest import CONFIGS, copy_run, read_results
 
 # the digits and a small MLP with dropout, so the resumed run depends on the restored random
 # state as well as on the data order
@@ -88,13 +88,26 @@ def assert_same_run(uninterrupted: Path, resumed: Path) -> dict:
     return b
 
 
-def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(run_cli, tmp_path: Path) -> None:
-    """SIGKILL in the middle of epoch 1 of 2; ``--ckpt_path last`` continues the same run folder
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The root of a run of QUICK over 3 epochs, never interrupted: what the killed and resumed
+    run, and the run continued in a copied folder, end as."""
+    from noisylabels.cli import run
+
+    root = tmp_path_factory.mktemp("straight")
+    run(["fit", *QUICK, "--trainer.max_epochs", "3", "--trainer.default_root_dir", str(root),
+         "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    return root
+
+
+def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(
+    straight_run: Path, run_cli, tmp_path: Path
+) -> None:
+    """SIGKILL in the middle of epoch 1 of 3; ``--ckpt_path last`` continues the same run folder
     from the end of epoch 0 and ends bit-identical to the run that was never interrupted."""
-    run_cli("fit", *QUICK, "--trainer.max_epochs", "2", root=tmp_path / "straight")
     root = tmp_path / "killed"
     killed = run_cli_process(
-        root, *QUICK, "--trainer.max_epochs", "2", interrupt=(1, 4, signal.SIGKILL)
+        root, *QUICK, "--trainer.max_epochs", "3", interrupt=(1, 4, signal.SIGKILL)
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert not list(root.rglob("results.json"))
@@ -103,8 +116,8 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(run_cli, tmp_path: P
     assert state["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 1
     assert {"torch", "numpy", "python"} <= set(state["callbacks"]["RunRecorder"]["rng"])
 
-    run_cli("fit", *QUICK, "--trainer.max_epochs", "2", "--ckpt_path", "last", root=root)
-    resumed = assert_same_run(tmp_path / "straight", root)
+    run_cli("fit", *QUICK, "--trainer.max_epochs", "3", "--ckpt_path", "last", root=root)
+    resumed = assert_same_run(straight_run, root)
     # in the same run folder, which says it was resumed and from what
     assert last_checkpoint(root) == last
     assert next(root.rglob("results.json")).parent == last.parent.parent
@@ -197,13 +210,21 @@ def snapshot(root: Path) -> dict[Path, bytes]:
 
 
 @pytest.fixture(scope="module")
-def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The root of a run stopped after 1 of its epochs (its results.json not yet written)."""
+def one_epoch_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The root of a finished run of ONE_EPOCH over 1 epoch (a test copies it to change it)."""
     from noisylabels.cli import run
 
-    root = tmp_path_factory.mktemp("stopped")
+    root = tmp_path_factory.mktemp("finished")
     run(["fit", *ONE_EPOCH, "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(root),
          "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    return root
+
+
+@pytest.fixture(scope="module")
+def stopped_run(one_epoch_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The root of a run stopped after 1 of its epochs (its results.json not yet written): the
+    finished run, copied."""
+    root = copy_run(one_epoch_run, tmp_path_factory.mktemp("stopped") / "root")
     next(root.rglob("results.json")).unlink()  # as a run killed in its final test leaves it
     return root
 
@@ -227,7 +248,9 @@ def test_a_resume_that_changes_the_experiment_is_refused_and_touches_nothing(
     assert snapshot(root) == before
 
 
-def test_a_resume_records_the_options_it_may_change(stopped_run: Path, run_cli, tmp_path) -> None:
+def test_a_resume_records_the_options_it_may_change(
+    one_epoch_run: Path, stopped_run: Path, run_cli, tmp_path
+) -> None:
     """The options that may change on resume (identity.RESUMABLE: the run's length, logging,
     what the terminal shows) are announced and recorded, and the run continues in its folder."""
     root = tmp_path / "run"
@@ -237,7 +260,7 @@ def test_a_resume_records_the_options_it_may_change(stopped_run: Path, run_cli, 
     results = read_results(root)
     assert results["epochs"] == 2
     assert results["resumed"][0]["changed"] == {
-        "trainer.default_root_dir": [str(stopped_run), str(root)],  # the run folder was copied
+        "trainer.default_root_dir": [str(one_epoch_run), str(root)],  # the run folder was copied
         "trainer.log_every_n_steps": [5, 1],
         "trainer.max_epochs": [1, 2],
     }
@@ -254,14 +277,16 @@ def test_a_resume_below_the_epochs_done_is_refused(stopped_run: Path, run_cli, t
     assert snapshot(root) == before
 
 
-def test_last_continues_the_newest_run_of_the_same_experiment(run_cli, tmp_path: Path) -> None:
+def test_last_continues_the_newest_run_of_the_same_experiment(
+    one_epoch_run: Path, run_cli, tmp_path: Path
+) -> None:
     """Two experiments under one root (README's estimated-T and true-T Forward runs share
     their preset's folder): --ckpt_path last continues the one of this experiment, not the
     newest, and refuses where none is of it."""
     from noisylabels.errors import InputError
 
-    for alpha in ("0.1", "0.0"):  # the run of alpha 0.1, then a newer one of 0
-        run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "1", "--model.alpha", alpha)
+    shutil.copytree(one_epoch_run, tmp_path, dirs_exist_ok=True)  # a run of the preset's alpha, 0.1
+    run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "1", "--model.alpha", "0.0")  # a newer one
     for results in tmp_path.rglob("results.json"):
         results.unlink()
     run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "2", "--model.alpha", "0.1",
@@ -274,12 +299,14 @@ def test_last_continues_the_newest_run_of_the_same_experiment(run_cli, tmp_path:
                 "--ckpt_path", "last")  # fmt: skip
 
 
-def test_a_finished_run_is_never_rewritten(run_cli, tmp_path: Path, capsys) -> None:
+def test_a_finished_run_is_never_rewritten(
+    one_epoch_run: Path, run_cli, tmp_path: Path, capsys
+) -> None:
     """Continuing a finished run (to train it longer) starts a new run folder from its
     last.ckpt and leaves the finished one as it was; with the same length it is refused."""
     from noisylabels.errors import InputError
 
-    run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "1")
+    shutil.copytree(one_epoch_run, tmp_path, dirs_exist_ok=True)
     before = snapshot(tmp_path)
     with pytest.raises(InputError, match="trains nothing more"):
         run_cli("fit", *ONE_EPOCH, "--trainer.max_epochs", "1", "--ckpt_path", "last")
@@ -293,11 +320,12 @@ def test_a_finished_run_is_never_rewritten(run_cli, tmp_path: Path, capsys) -> N
     assert longer["epochs"] == 2 and longer["resumed"][0]["epochs_done"] == 1
 
 
-def test_a_copied_run_folder_keeps_its_best_checkpoint(run_cli, tmp_path: Path) -> None:
+def test_a_copied_run_folder_keeps_its_best_checkpoint(
+    straight_run: Path, run_cli, tmp_path: Path
+) -> None:
     """A run folder copied elsewhere and continued there keeps the best checkpoint and score
     it had (Lightning's own bookkeeping resets them where the folder's path changed, and would
     then select a worse epoch): it ends as the uninterrupted run does."""
-    run_cli("fit", *QUICK, "--trainer.max_epochs", "3", root=tmp_path / "straight")
     run_cli("fit", *QUICK, "--trainer.max_epochs", "2", root=tmp_path / "first")
     next((tmp_path / "first").rglob("results.json")).unlink()
     shutil.copytree(tmp_path / "first", tmp_path / "copy")
@@ -305,7 +333,7 @@ def test_a_copied_run_folder_keeps_its_best_checkpoint(run_cli, tmp_path: Path) 
     folder = next((tmp_path / "copy").rglob("last.ckpt")).parents[1]
     run_cli("fit", *QUICK, "--trainer.max_epochs", "3", "--ckpt_path", str(folder),
             root=tmp_path / "copy")  # fmt: skip
-    straight, copied = read_results(tmp_path / "straight"), read_results(tmp_path / "copy")
+    straight, copied = read_results(straight_run), read_results(tmp_path / "copy")
     assert copied["checkpoint"].startswith(str(folder))
     for key in ("best_epoch", "monitor_score", "test_acc", "test_acc_last"):
         assert copied[key] == straight[key], key
