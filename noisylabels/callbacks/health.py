@@ -119,8 +119,9 @@ class HealthMonitor(L.Callback):
     def chance_of(self, trainer: L.Trainer, pl_module: L.LightningModule) -> float | None:
         """Chance for this run's validation accuracy (see the class docstring)."""
         facts = data_facts_of(getattr(trainer, "datamodule", None))
-        if facts is not None and facts.val_chance is not None:
-            return facts.val_chance
+        chance = facts.val_chance if facts is not None else None
+        if chance is not None:
+            return chance
         classes = getattr(pl_module, "num_classes", None)
         return 1.0 / classes if isinstance(classes, int) and classes > 0 else None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -78,11 +79,11 @@ class DataFacts:
         """Samples of the training set (both splits): the length of per-sample tables."""
         return len(self.noisy_labels)
 
-    @property
+    @cached_property
     def val_chance(self) -> float | None:
         """The validation accuracy of always predicting the most frequent validation label
         (what a network that learned nothing reaches at best); ``None`` without validation
-        labels."""
+        labels. Counted once per facts object."""
         return majority_fraction(self.val_labels) if self.val_labels is not None else None
 
 
