@@ -194,18 +194,29 @@ def tiny_backbones(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(BACKBONES, name, tiny)
 
 
+FINISHED_RUN_EPOCHS = 2
+
+
 @pytest.fixture(scope="session")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The run folder of a finished quickstart run of 2 epochs (Forward-VRNL on the digits,
-    tested after its fit), made once per test session and shared: a test reads it, or copies it
-    (:func:`copy_run`) to change it, audit it or continue it."""
+def finished_cli(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """What ``noisylabels.cli.run`` returned for the run of :func:`finished_run` (its
+    ``results``, its trainer): ``noisylabels fit --config configs/quickstart.yaml
+    --trainer.max_epochs 2`` into a root of its own, progress bar off."""
     from noisylabels.cli import run
 
     root = tmp_path_factory.mktemp("finished_run")
-    cli = run(["fit", "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.max_epochs", "2",
-               "--trainer.default_root_dir", str(root),
-               "--trainer.enable_progress_bar", "false"])  # fmt: skip
-    return Path(cli.trainer.log_dir)
+    return run(["fit", "--config", str(CONFIGS / "quickstart.yaml"),
+                "--trainer.max_epochs", str(FINISHED_RUN_EPOCHS),
+                "--trainer.default_root_dir", str(root),
+                "--trainer.enable_progress_bar", "false"])  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def finished_run(finished_cli: Any) -> Path:
+    """The run folder of a finished quickstart run of 2 epochs (Forward-VRNL on the digits,
+    tested after its fit), made once per test session and shared: a test reads it, or copies it
+    (:func:`copy_run`) to change it, audit it or continue it."""
+    return Path(finished_cli.trainer.log_dir)
 
 
 def copy_run(folder: Path, to: Path) -> Path:

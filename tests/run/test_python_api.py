@@ -16,9 +16,10 @@ from noisylabels.data import DigitsDataModule
 from noisylabels.methods import Forward, NetworkOptions, OptimizerOptions, StageSchedule
 from noisylabels.run import fit_and_test
 
-from conftest import CONFIGS, REPO, read_results
+from conftest import FINISHED_RUN_EPOCHS, REPO, read_results
 
-EPOCHS = 3
+EPOCHS = FINISHED_RUN_EPOCHS  # the command line's run is conftest's finished quickstart run
+STEPS_PER_EPOCH = 21  # batches of 64 of the digits' 1,295 training samples
 # the metrics of results.json (what differs between two runs of one experiment: the paths, the
 # wall time and the provenance)
 METRICS = (
@@ -75,19 +76,24 @@ def _run_folder(root: Path) -> Path:
     return next(root.rglob("results.json")).parent
 
 
-def test_fit_and_test_equals_noisylabels_fit(run_cli, tmp_path: Path) -> None:
+def test_fit_and_test_equals_noisylabels_fit(
+    finished_cli, finished_run: Path, run_cli, tmp_path: Path
+) -> None:
     """Same seed, quickstart-size data: identical results.json metrics, the same best
     checkpoint, the same per-subset statistics; the Python run's config.yaml runs the same
-    experiment again from the command line."""
-    cli_root, py_root, again_root = tmp_path / "cli", tmp_path / "python", tmp_path / "again"
-    cli = run_cli("fit", "--config", str(CONFIGS / "quickstart.yaml"),
-                  "--trainer.max_epochs", str(EPOCHS), root=cli_root)  # fmt: skip
+    experiment again from the command line. The command line's run is conftest's
+    finished_run (``noisylabels fit --config configs/quickstart.yaml --trainer.max_epochs
+    2``), read, not changed."""
+    cli, cli_root = finished_cli, finished_run
+    py_root, again_root = tmp_path / "python", tmp_path / "again"
     returned = quickstart_in_python(py_root)
     from_cli, from_python = read_results(cli_root), read_results(py_root)
     assert returned == from_python
     assert _metrics(from_python) == _metrics(from_cli) == _metrics(cli.results)
     assert from_python["monitor"] == "val/acc"  # the CLI's selection, not the last epoch
     cli_dir, py_dir = _run_folder(cli_root), _run_folder(py_root)
+    shared = yaml.safe_load((cli_dir / "config.yaml").read_text())
+    assert shared["trainer"]["max_epochs"] == EPOCHS and from_cli["epochs"] == EPOCHS
     for folder in (cli_dir, py_dir):
         best = [p.name for p in (folder / "checkpoints").glob("best-*.ckpt")]
         assert best == [f"best-epoch{from_cli['best_epoch']:03d}.ckpt"]
@@ -121,7 +127,7 @@ def test_each_addition_can_be_turned_off(tmp_path: Path) -> None:
     assert results["test_acc"] == results["test_acc_last"]
     folder = next(tmp_path.rglob("noise.pt")).parent
     assert [p.name for p in (folder / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt"] == [
-        f"epoch={EPOCHS - 1}-step=63.ckpt"
+        f"epoch={EPOCHS - 1}-step={EPOCHS * STEPS_PER_EPOCH}.ckpt"
     ]
     assert not (folder / "subsets.csv").exists()
     for name in ("results.json", "config.yaml", "transition_estimate.csv"):
