@@ -9,29 +9,51 @@ exit status is the command's.
     python as_command.py
 
 reads one request per line on stdin, ``{"argv": [...], "stdout": FILE, "stderr": FILE, "cwd":
-FOLDER}``, and answers each with ``{"status": exit status}`` on stdout once its child has
-ended: :func:`run_command` runs a command line this way from a test, through one such process
-per test process (started on first use).
+FOLDER, "read_only": [FOLDER, ...]}``, and answers each with ``{"status": exit status}`` on
+stdout once its child has ended: :func:`run_command` runs a command line this way from a test,
+through one such process per test process (started on first use). ``read_only`` (optional):
+folders the child sees as read-only bind mounts, in a mount namespace of its own (root in a
+mount namespace, as ``unshare -m``; the mounts never leave the child).
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 CALLBACKS = TESTS / "e2e"  # interrupt.py: the callbacks that stop a run from inside
+CLONE_NEWNS = 0x00020000  # unshare(2): a mount namespace of one's own (os.CLONE_NEWNS from 3.12)
+
+
+def mount_read_only(folders: list[str]) -> None:
+    """Give this process a mount namespace of its own, private as ``unshare -m`` makes it (no
+    mount propagates out of it), in which ``folders`` are read-only bind mounts of themselves."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"unshare(CLONE_NEWNS): {os.strerror(code)}")
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    for folder in folders:
+        subprocess.run(["mount", "--bind", folder, folder], check=True)
+        subprocess.run(["mount", "-o", "remount,ro,bind", folder, folder], check=True)
 
 
 def run_as_command(
-    argv: list[str], stderr_file: Path, stdout_file: Path | None = None, cwd: str | None = None
+    argv: list[str],
+    stderr_file: Path,
+    stdout_file: Path | None = None,
+    cwd: str | None = None,
+    read_only: list[str] | None = None,
 ) -> int:
     """Run ``noisylabels ARGV`` in a forked child; its exit status (minus the signal that
     ended it, as :mod:`subprocess` reports it)."""
@@ -44,6 +66,8 @@ def run_as_command(
             os.dup2(fd, 2)
             out = stdout_file if stdout_file is not None else os.devnull
             os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+            if read_only:
+                mount_read_only(read_only)
             if cwd is not None:
                 os.chdir(cwd)
             sys.argv = ["noisylabels", *argv]
@@ -106,7 +130,11 @@ def serve() -> None:
     for line in sys.stdin:
         request = json.loads(line)
         status = run_as_command(
-            request["argv"], Path(request["stderr"]), Path(request["stdout"]), request.get("cwd")
+            request["argv"],
+            Path(request["stderr"]),
+            Path(request["stdout"]),
+            request.get("cwd"),
+            request.get("read_only"),
         )
         print(json.dumps({"status": status}), flush=True)
 
@@ -145,15 +173,18 @@ def _stop(server: subprocess.Popen) -> None:
         server.wait(timeout=60)
 
 
-def run_command(argv: list[str], cwd: Path = REPO, threads: int = 1) -> subprocess.CompletedProcess:
+def run_command(
+    argv: list[str], cwd: Path = REPO, threads: int = 1, read_only: Sequence[Path] = ()
+) -> subprocess.CompletedProcess:
     """``noisylabels ARGV`` as the real command in a process of its own (a child of this test
     process's command process, which imported the package once), with ``threads`` torch
-    threads; what :func:`subprocess.run` returns for it."""
+    threads and ``read_only`` folders mounted read-only for it alone; what
+    :func:`subprocess.run` returns for it."""
     server = _server(threads)
     with tempfile.TemporaryDirectory() as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
         request = {"argv": [str(a) for a in argv], "stdout": str(out), "stderr": str(err),
-                   "cwd": str(cwd)}  # fmt: skip
+                   "cwd": str(cwd), "read_only": [str(f) for f in read_only]}  # fmt: skip
         server.stdin.write(json.dumps(request) + "\n")
         server.stdin.flush()
         answer = server.stdout.readline()

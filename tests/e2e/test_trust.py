@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from as_command import run_command
 from test_errors import GOOD_RESULTS, RunsCode, error_lines
 
 from conftest import CONFIGS, REPO, copy_run
@@ -195,17 +196,12 @@ def _can_mount_read_only(folder: Path) -> bool:
 
 def test_audit_of_a_read_only_run_folder_names_it(finished_run: Path, tmp_path: Path) -> None:
     """The run folder on a read-only mount (chmod does not stop root, which the tests may run
-    as): one paragraph naming the folder, status 2, before any work, and nothing written."""
+    as): one paragraph naming the folder, status 2, before any work, and nothing written. The
+    command runs as a process of its own (tests/as_command.py) that alone sees the mount."""
     folder = copy_run(finished_run, tmp_path / "run")
     if not _can_mount_read_only(folder):
         pytest.skip("needs a read-only bind mount (root in a mount namespace: unshare -m)")
-    at = shlex.quote(str(folder))
-    command = shlex.join([sys.executable, "-m", "noisylabels.cli", "audit", str(folder)])
-    script = f"mount --bind {at} {at} && mount -o remount,ro,bind {at} {at} && exec {command}"
-    out = subprocess.run(
-        ["unshare", "-m", "sh", "-c", script], cwd=REPO, env=_command_env(unbuffered=False),
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    out = run_command(["audit", str(folder)], read_only=[folder])
     assert out.returncode == 2, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
