@@ -232,12 +232,19 @@ class NoisyLabelsCLI(LightningCLI):
         trainer = config.get("trainer") or {}
         root = Path(trainer.get("default_root_dir") or default_root_dir(config))
         self._candidates = resume.candidates(value, root, trainer.get("logger"))
-        if subcommand != "fit":  # the checkpoint a finished run's fit reported, by default
+        if subcommand != "fit":  # a run's: the checkpoint its fit reported; a file: that file
             path, origin = self._candidates[0]
-            chosen = resume.reported(path, origin)
+            named = value not in (resume.LAST, resume.HPC) and Path(value).expanduser().is_file()
+            chosen = path if named else resume.reported(path, origin)
             self._checkpoint = resume.load(chosen, origin)
             config.ckpt_path = str(chosen)
-            what = "the selected checkpoint its fit reported" if chosen != path else "its state"
+            what = (
+                "the file named"
+                if named
+                else "the selected checkpoint its fit reported"
+                if chosen != path
+                else "its last state: the run reported no selected checkpoint"
+            )
             rank_zero_only(print)(
                 f"noisylabels {subcommand}: {chosen} ({what})", file=sys.stderr, flush=True
             )

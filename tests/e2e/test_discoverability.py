@@ -90,7 +90,7 @@ def test_composed_runs_get_a_folder_named_after_data_and_method(tmp_path, monkey
 def test_test_and_predict_use_the_checkpoint_fit_reported(run_cli, tmp_path: Path, capsys) -> None:
     """`test` and `predict --ckpt_path RUN` evaluate the checkpoint fit selected and reported
     (results.json's), say which, write predictions.csv to the run folder and start no run
-    folder of their own."""
+    folder of their own; a checkpoint file passed by its path is evaluated as named."""
     run_cli("fit", "--config", QUICKSTART, "--trainer.max_epochs", "3")
     folder = next(tmp_path.rglob("last.ckpt")).parent.parent
     fitted = json.loads((folder / "results.json").read_text())
@@ -98,12 +98,20 @@ def test_test_and_predict_use_the_checkpoint_fit_reported(run_cli, tmp_path: Pat
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tested = run_cli("test", "--config", QUICKSTART, "--ckpt_path", str(folder))
+    assert Path(tested.trainer.ckpt_path) == Path(fitted["checkpoint"])
     # Lightning's advice to pass fit's callbacks again (the recorder, the health monitor) does
     # not apply to evaluating weights: it is not shown
     assert not [w for w in caught if "callbacks used to create the checkpoint" in str(w.message)]
     notice = capsys.readouterr().err
     assert f"{fitted['checkpoint']} (the selected checkpoint its fit reported)" in notice
     assert tested.trainer.callback_metrics["test/acc"] == pytest.approx(fitted["test_acc"])
+    # a checkpoint file named is the one evaluated, its run's selection notwithstanding
+    last = folder / "checkpoints" / "last.ckpt"
+    assert Path(fitted["checkpoint"]) != last
+    tested = run_cli("test", "--config", QUICKSTART, "--ckpt_path", str(last))
+    assert f"{last} (the file named)" in capsys.readouterr().err
+    assert Path(tested.trainer.ckpt_path) == last
+    assert tested.trainer.callback_metrics["test/acc"] == pytest.approx(fitted["test_acc_last"])
     cli = run_cli("predict", "--config", QUICKSTART, "--ckpt_path", "last")
     path = folder / "predictions.csv"
     assert f"predictions: {path}" in capsys.readouterr().out
