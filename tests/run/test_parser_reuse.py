@@ -145,3 +145,78 @@ def test_the_dumps_skip_only_the_second_validation(name: str, monkeypatch) -> No
     text = cli._config_text()
     assert text == cli.parser.dump(parsed, skip_none=False)
     assert "num_classes" not in text  # config.yaml leaves the link targets out
+
+
+def remembered_searches() -> list[tuple[Any, str, Any, Any]]:
+    """``(parser, key, exclude, action found)`` for each search a NoisyLabelsParser remembers:
+    the CLI's idle parsers, their stages' and those of the classes of their options."""
+    from jsonargparse import _typehints
+
+    from noisylabels.run import cli
+
+    parsers = [p for pool in cli._PARSERS.values() for main, stages, _ in pool
+               for p in (main, *(stages or {}).values())]  # fmt: skip
+    parsers += list(_typehints._cached_class_parsers.values())
+    return [
+        (parser, key, exclude, found)
+        for parser in parsers
+        for (key, exclude), found in parser.__dict__.get("_found_actions", (0, 0, {}))[2].items()
+    ]
+
+
+def test_a_remembered_search_finds_what_jsonargparse_finds() -> None:
+    """Each action search a parser remembered (:func:`noisylabels.run.cli._find_action_and_
+    subcommand`) finds, after every command, what jsonargparse's own search finds now."""
+    import jsonargparse._core
+    import jsonargparse._subcommands
+
+    from noisylabels.run import cli
+
+    assert jsonargparse._core.find_action_and_subcommand is cli._find_action_and_subcommand
+    assert jsonargparse._subcommands.find_action_and_subcommand is cli._find_action_and_subcommand
+    fresh()
+    for args in [*COMMANDS.values(), *reversed(COMMANDS.values())]:
+        resolved(args)
+    searches = remembered_searches()
+    assert len(searches) > 100  # the parses search through remembered searches
+    assert any(found[0] is None for *_, found in searches)  # a key that no action has
+    for parser, key, exclude, found in searches:
+        assert cli._SEARCH(parser, key, exclude=exclude) == found, key
+
+
+def test_a_parser_whose_actions_change_searches_afresh() -> None:
+    import argparse
+
+    from noisylabels.run.cli import NoisyLabelsParser, _find_action_and_subcommand
+
+    parser = NoisyLabelsParser(exit_on_error=False)
+    parser.add_argument("--a", type=int)
+    assert _find_action_and_subcommand(parser, "a")[0].dest == "a"
+    assert _find_action_and_subcommand(parser, "b") == (None, None)
+    added = parser.add_argument("--b", type=int)  # an action added
+    assert _find_action_and_subcommand(parser, "b") == (added, None)
+    replaced = argparse._StoreAction(["--b"], "b")
+    parser._actions[parser._actions.index(added)] = replaced
+    assert _find_action_and_subcommand(parser, "b") == (replaced, None)  # one replaced
+    parser._actions.remove(replaced)  # one removed
+    assert _find_action_and_subcommand(parser, "b") == (None, None)
+
+
+def test_other_parsers_and_subcommand_parsers_search_as_jsonargparse_does() -> None:
+    from jsonargparse import ArgumentParser
+
+    from noisylabels.run.cli import NoisyLabelsParser, _find_action_and_subcommand
+
+    plain = ArgumentParser(exit_on_error=False)
+    plain.add_argument("--a", type=int)
+    assert _find_action_and_subcommand(plain, "a")[0].dest == "a"
+    assert "_found_actions" not in plain.__dict__  # not a NoisyLabelsParser: nothing kept
+    main = NoisyLabelsParser(exit_on_error=False)
+    stage = NoisyLabelsParser(exit_on_error=False)
+    stage.add_argument("--a", type=int)
+    main.add_subcommands().add_subcommand("fit", stage)
+    assert _find_action_and_subcommand(main, "fit.a") == (stage._actions[-1], "fit")
+    assert _find_action_and_subcommand(main, "fit.b") == (None, "fit")
+    stage.add_argument("--b", type=int)  # the stage's parser changes, the main one does not
+    assert _find_action_and_subcommand(main, "fit.b") == (stage._actions[-1], "fit")
+    assert main.__dict__["_found_actions"][2] == {}  # with subcommands: nothing remembered
