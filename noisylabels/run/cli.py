@@ -20,11 +20,9 @@ from argparse import ArgumentError
 from pathlib import Path
 from typing import Any
 
-import jsonargparse._core
-import jsonargparse._subcommands
 import lightning as L
 import torch
-from jsonargparse import ActionSubCommands, DefaultHelpFormatter
+from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -32,7 +30,7 @@ from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, option_error, user_error
 from noisylabels.methods import NoisyLabelMethod, describe_methods
 from noisylabels.methods.core.groups import OPTION_GROUPS, option_group_of
-from noisylabels.run import identity, resume
+from noisylabels.run import identity, resume, searches
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.chatter import drop_tips
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
@@ -91,46 +89,7 @@ class NoisyLabelsParser(LightningArgumentParser):
         super().validate(namespace, *args, **kwargs)
 
 
-# jsonargparse finds the action of a key (``model.init_args.optim``) by a linear search of a
-# parser's actions, for each key of each value it parses or validates: thousands of searches per
-# command, a fifth of its parse. A NoisyLabelsParser (the CLI's, and the parsers jsonargparse
-# makes for the classes of its options) remembers what each search found for as long as it holds
-# the same actions, compared one by one at each search (an action added, removed or replaced
-# starts afresh). A parser with subcommands, whose search goes on into a subcommand's parser,
-# and every other parser search as jsonargparse does.
-_SEARCH = getattr(
-    jsonargparse._subcommands.find_action_and_subcommand,
-    "__wrapped__",
-    jsonargparse._subcommands.find_action_and_subcommand,
-)
-_FOUND_LIMIT = 4096  # searches remembered per parser; more start afresh
-
-
-def _find_action_and_subcommand(parser: Any, dest: Any, exclude: Any = None) -> Any:
-    """jsonargparse's ``find_action_and_subcommand``, remembered per NoisyLabelsParser."""
-    if (
-        not isinstance(parser, NoisyLabelsParser)
-        or type(dest) is not str
-        or not (exclude is None or isinstance(exclude, (type, tuple)))
-    ):
-        return _SEARCH(parser, dest, exclude=exclude)
-    actions = parser._actions
-    found = parser.__dict__.get("_found_actions")
-    if found is None or found[0] != actions or len(found[2]) > _FOUND_LIMIT:
-        plain = not any(isinstance(action, ActionSubCommands) for action in actions)
-        found = parser.__dict__["_found_actions"] = (list(actions), plain, {})
-    if not found[1]:
-        return _SEARCH(parser, dest, exclude=exclude)
-    key = (dest, exclude)
-    if key not in found[2]:
-        found[2][key] = _SEARCH(parser, dest, exclude=exclude)
-    return found[2][key]
-
-
-_find_action_and_subcommand.__wrapped__ = _SEARCH  # type: ignore[attr-defined]
-for _module in (jsonargparse._subcommands, jsonargparse._core):
-    if getattr(_module.find_action_and_subcommand, "__wrapped__", None) in (None, _SEARCH):
-        _module.find_action_and_subcommand = _find_action_and_subcommand
+searches.remember_searches(NoisyLabelsParser)
 
 
 class NoisyLabelsCLI(LightningCLI):

@@ -165,15 +165,16 @@ def remembered_searches() -> list[tuple[Any, str, Any, Any]]:
 
 
 def test_a_remembered_search_finds_what_jsonargparse_finds() -> None:
-    """Each action search a parser remembered (:func:`noisylabels.run.cli._find_action_and_
-    subcommand`) finds, after every command, what jsonargparse's own search finds now."""
+    """Each action search a parser remembered (:mod:`noisylabels.run.searches`) finds, after
+    every command, what jsonargparse's own search finds now."""
     import jsonargparse._core
     import jsonargparse._subcommands
 
-    from noisylabels.run import cli
+    from noisylabels.run import searches as remembered
 
-    assert jsonargparse._core.find_action_and_subcommand is cli._find_action_and_subcommand
-    assert jsonargparse._subcommands.find_action_and_subcommand is cli._find_action_and_subcommand
+    wrapped = remembered.find_action_and_subcommand
+    assert jsonargparse._core.find_action_and_subcommand is wrapped
+    assert jsonargparse._subcommands.find_action_and_subcommand is wrapped
     fresh()
     for args in [*COMMANDS.values(), *reversed(COMMANDS.values())]:
         resolved(args)
@@ -181,42 +182,63 @@ def test_a_remembered_search_finds_what_jsonargparse_finds() -> None:
     assert len(searches) > 100  # the parses search through remembered searches
     assert any(found[0] is None for *_, found in searches)  # a key that no action has
     for parser, key, exclude, found in searches:
-        assert cli._SEARCH(parser, key, exclude=exclude) == found, key
+        assert remembered.SEARCH(parser, key, exclude=exclude) == found, key
 
 
 def test_a_parser_whose_actions_change_searches_afresh() -> None:
     import argparse
 
-    from noisylabels.run.cli import NoisyLabelsParser, _find_action_and_subcommand
+    from noisylabels.run.cli import NoisyLabelsParser
+    from noisylabels.run.searches import find_action_and_subcommand as find
 
     parser = NoisyLabelsParser(exit_on_error=False)
     parser.add_argument("--a", type=int)
-    assert _find_action_and_subcommand(parser, "a")[0].dest == "a"
-    assert _find_action_and_subcommand(parser, "b") == (None, None)
+    assert find(parser, "a")[0].dest == "a"
+    assert find(parser, "b") == (None, None)
     added = parser.add_argument("--b", type=int)  # an action added
-    assert _find_action_and_subcommand(parser, "b") == (added, None)
+    assert find(parser, "b") == (added, None)
     replaced = argparse._StoreAction(["--b"], "b")
     parser._actions[parser._actions.index(added)] = replaced
-    assert _find_action_and_subcommand(parser, "b") == (replaced, None)  # one replaced
+    assert find(parser, "b") == (replaced, None)  # one replaced
     parser._actions.remove(replaced)  # one removed
-    assert _find_action_and_subcommand(parser, "b") == (None, None)
+    assert find(parser, "b") == (None, None)
 
 
 def test_other_parsers_and_subcommand_parsers_search_as_jsonargparse_does() -> None:
     from jsonargparse import ArgumentParser
 
-    from noisylabels.run.cli import NoisyLabelsParser, _find_action_and_subcommand
+    from noisylabels.run.cli import NoisyLabelsParser
+    from noisylabels.run.searches import find_action_and_subcommand as find
 
     plain = ArgumentParser(exit_on_error=False)
     plain.add_argument("--a", type=int)
-    assert _find_action_and_subcommand(plain, "a")[0].dest == "a"
+    assert find(plain, "a")[0].dest == "a"
     assert "_found_actions" not in plain.__dict__  # not a NoisyLabelsParser: nothing kept
     main = NoisyLabelsParser(exit_on_error=False)
     stage = NoisyLabelsParser(exit_on_error=False)
     stage.add_argument("--a", type=int)
     main.add_subcommands().add_subcommand("fit", stage)
-    assert _find_action_and_subcommand(main, "fit.a") == (stage._actions[-1], "fit")
-    assert _find_action_and_subcommand(main, "fit.b") == (None, "fit")
+    assert find(main, "fit.a") == (stage._actions[-1], "fit")
+    assert find(main, "fit.b") == (None, "fit")
     stage.add_argument("--b", type=int)  # the stage's parser changes, the main one does not
-    assert _find_action_and_subcommand(main, "fit.b") == (stage._actions[-1], "fit")
+    assert find(main, "fit.b") == (stage._actions[-1], "fit")
     assert main.__dict__["_found_actions"][2] == {}  # with subcommands: nothing remembered
+
+
+def test_a_jsonargparse_without_the_search_is_left_as_it_is(monkeypatch) -> None:
+    """Where jsonargparse's modules do not have the search, nothing is wrapped."""
+    import jsonargparse._core
+
+    from noisylabels.run import searches as remembered
+
+    class Other(jsonargparse.ArgumentParser):
+        pass
+
+    before = jsonargparse._core.find_action_and_subcommand
+    monkeypatch.setattr(remembered, "_MODULES", [])
+    assert remembered.remember_searches(Other) is False
+    assert Other not in remembered._KINDS
+    assert jsonargparse._core.find_action_and_subcommand is before
+    monkeypatch.undo()
+    assert remembered.remember_searches(remembered._KINDS[0]) is True  # as installed: no change
+    assert jsonargparse._core.find_action_and_subcommand is before
