@@ -206,9 +206,22 @@ class Grouped:
         return dict(zip(self.rows, row, strict=True)) | dict(zip(self.cols, col, strict=True))
 
     def best(self, col: tuple) -> float | None:
-        """The highest mean of a column."""
-        means = [self.cells[r][col].mean for r in self.row_keys if col in self.cells[r]]
+        """The highest mean of a column among its ranked cells (:meth:`ranked`)."""
+        means = [self.cells[r][col].mean for r in self.ranked(col)]
         return max(means) if means else None
+
+    def ranked(self, col: tuple) -> list[tuple]:
+        """The rows whose cell of ``col`` holds every seed of the column: only means over the
+        same seeds compare, so a cell that lacks a seed another cell has (a run still to come,
+        a run left out) is not ranked. Empty where no cell holds them all."""
+        rows = [r for r in self.row_keys if col in self.cells[r]]
+        seeds = set().union(*(self.cells[r][col].values for r in rows))
+        return [r for r in rows if set(self.cells[r][col].values) == seeds]
+
+    def is_best(self, row: tuple, col: tuple) -> bool:
+        """Whether the cell of ``row`` and ``col`` is ranked and has the column's best mean."""
+        best = self.best(col)
+        return best is not None and row in self.ranked(col) and self.cells[row][col].mean == best
 
 
 def group(

@@ -1,7 +1,8 @@
 """Rendering of ``noisylabels report``: tables as Markdown, LaTeX or CSV, and the bias figure.
 
 Accuracies are in %, a cell reads ``mean ± std (n)`` with ``n`` the number of seeds, and the
-best mean of each column is bold. Paired cells read ``+Δ [low, high] p=… (n)``: VRNL minus its
+best mean of each column is bold, among the cells that hold every seed of the column (means over
+other seeds do not compare). Paired cells read ``+Δ [low, high] p=… (n)``: VRNL minus its
 base method in percentage points, the 95 % confidence interval and the paired t-test's p-value.
 Only the runs :func:`~noisylabels.report.cells.screen` lets in count; :func:`problems_section`
 lists the others, each with why.
@@ -110,13 +111,16 @@ def side_by_side(
         for col in col_keys:
             for g in groups:
                 cell = g.cell(row, col)
-                if cell is not None and cell.mean == g.best(col):
+                if cell is not None and g.is_best(row, col):
                     out.bold.add((i, len(line)))
                 line.append(fmt_cell(cell))
             if paper is not None:
                 line.append(fmt_paper(_paper_value(paper, first.fields(row, col))))
         out.rows.append(line)
-    out.notes.append("test accuracy (%), mean ± std over seeds (n − 1), (n) seeds; bold: best")
+    out.notes.append(
+        "test accuracy (%), mean ± std over seeds (n − 1), (n) seeds; bold: best of the cells "
+        "that hold every seed of their column"
+    )
     return out
 
 
@@ -320,7 +324,7 @@ def to_csv(g: Grouped, paired: bool, paper: Mapping | None) -> str:
                     cell.n,
                     cell.mean,
                     cell.std,
-                    cell.mean == g.best(col),
+                    g.is_best(row, col),
                     "",
                     "",
                     "",
