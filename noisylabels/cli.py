@@ -7,7 +7,8 @@
 command itself imports neither torch nor Lightning: ``--help``, ``--version``, ``report``,
 ``plot``, ``sweep --dry-run`` and every ``--help`` but a Lightning stage's start in a fraction of
 a second (``benchmarks/startup.py`` measures it), where loading the training stack takes
-seconds.
+seconds. A Lightning stage reads its ``--config`` files first, so a broken one (not YAML, not a
+mapping, a key twice, a missing or circular ``compose:``) fails as fast, with the parse's error.
 
 User errors (:class:`~noisylabels.errors.NoisyLabelsError`) end the command with one paragraph
 and their exit status (2; 3 for a diverged run), SIGTERM with status 143; ``--debug`` or
@@ -82,6 +83,10 @@ def run(args: list[str] | None = None) -> Any:
             "(noisylabels --help)"
         )
     module, _, function = entry[0].partition(":")
+    if entry[0] == LIGHTNING:  # a broken config file fails before the training stack loads
+        from noisylabels.run.compose import check_config_files
+
+        check_config_files(argv[1:])
     command = getattr(importlib.import_module(module), function)
     if entry[0] == LIGHTNING:
         return command(None if args is None else argv)

@@ -178,6 +178,32 @@ def config_files(value: Any) -> list[Path]:
     return [] if path is None else [part for part, _, _ in read_composed(path)]
 
 
+CONFIG_OPTIONS = ("--config", "-c")
+HELP_OPTIONS = ("-h", "--help")
+
+
+def check_config_files(args: list[str]) -> None:
+    """Read the ``--config`` files of a Lightning stage's arguments ``args`` (and the files
+    they compose) as the parse will, so that a file that is not valid YAML, not a mapping, or
+    composes a missing file or a cycle fails with the parse's own error before the training
+    stack is loaded (seconds); such a file is reported before the errors of other options.
+    Config text, a missing file (the parser names it) and a command asking for help are left to
+    the parser."""
+    if any(a in HELP_OPTIONS or a.endswith(".help") for a in args):
+        return
+    for i, arg in enumerate(args):
+        option, equals, value = arg.partition("=")
+        if option not in CONFIG_OPTIONS:
+            continue
+        if not equals:
+            if i + 1 >= len(args):
+                return
+            value = args[i + 1]
+        path = _as_file(value)
+        if path is not None:
+            read_composed(path)
+
+
 class ComposedConfigFile(ActionConfigFile):
     """``--config`` that understands ``compose:`` (see the module docstring)."""
 

@@ -40,9 +40,9 @@ COMMANDS = {
 }
 
 
-def probe(args: list[str], cwd: Path) -> tuple[dict, str]:
+def probe(args: list[str], cwd: Path, stderr: bool = False) -> tuple[dict, str]:
     """Run ``noisylabels ARGS`` in a fresh interpreter in ``cwd``: what the probe reports, and
-    the standard output."""
+    the standard output (``stderr``: the standard error)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("NOISYLABELS_DEBUG", None)
     code = f"HEAVY = {HEAVY!r}\n{PROBE}"
@@ -52,7 +52,7 @@ def probe(args: list[str], cwd: Path) -> tuple[dict, str]:
     )  # fmt: skip
     line = next((raw for raw in done.stderr.splitlines() if raw.startswith("PROBE ")), None)
     assert line is not None, done.stderr[-3000:]
-    return json.loads(line.removeprefix("PROBE ")), done.stdout
+    return json.loads(line.removeprefix("PROBE ")), done.stderr if stderr else done.stdout
 
 
 @pytest.mark.parametrize("args", list(COMMANDS.values()), ids=list(COMMANDS))
@@ -115,3 +115,43 @@ def test_a_fit_stopped_by_sigterm_is_told_apart_from_other_exits(monkeypatch) ->
     with pytest.raises(SystemExit) as exit_:
         cli._main(["fit"], debug=False)
     assert exit_.value.code == 4
+
+
+BROKEN_CONFIGS = {
+    "not-yaml": "trainer:\n  max_epochs: 2\nmodel:\n  a: [1, 2\n",
+    "a-list": "- 1\n- 2\n",
+    "a-key-twice": "trainer:\n  max_epochs: 1\ntrainer:\n  max_epochs: 2\n",
+    "composes-a-missing-file": "compose: [nothere.yaml]\n",
+    "composes-itself": "compose: [composes-itself.yaml]\n",
+    "composes-a-broken-file": "compose: [not-yaml.yaml]\n",
+}
+
+
+def test_a_broken_config_file_fails_as_the_parse_does_before_the_training_stack_loads(
+    tmp_path: Path,
+) -> None:
+    """Each kind of broken ``--config`` file (after a good one; the option in each of its forms
+    in turn) ends a Lightning stage with the parse's own error and exit status, in a fresh
+    interpreter that imported neither torch nor Lightning."""
+    from noisylabels.errors import NoisyLabelsError
+    from noisylabels.run.cli import lightning_command
+
+    good = tmp_path / "good.yaml"
+    good.write_text("trainer:\n  max_epochs: 2\n")
+    for name, text in BROKEN_CONFIGS.items():
+        (tmp_path / f"{name}.yaml").write_text(text)
+    forms = ["--config", "-c", "--config="]
+    for i, name in enumerate(BROKEN_CONFIGS):
+        path, form = str(tmp_path / f"{name}.yaml"), forms[i % len(forms)]
+        args = [
+            "fit",
+            "--config",
+            str(good),
+            *([form + path] if form.endswith("=") else [form, path]),
+        ]
+        with pytest.raises(NoisyLabelsError) as parsed:  # the parse itself, with no check before
+            lightning_command(args)
+        report, stderr = probe(args, tmp_path, stderr=True)
+        assert report["heavy"] == [], name
+        assert report["code"] == parsed.value.exit_code == 2, name
+        assert " ".join(str(parsed.value).split()) in " ".join(stderr.split()), name
