@@ -83,14 +83,12 @@ def run(args: list[str] | None = None) -> Any:
             "(noisylabels --help)"
         )
     module, _, function = entry[0].partition(":")
-    if entry[0] == LIGHTNING:  # a broken config file fails before the training stack loads
-        from noisylabels.run.compose import check_config_files
+    if entry[0] != LIGHTNING:
+        return getattr(importlib.import_module(module), function)(argv[1:])
+    from noisylabels.run.compose import check_config_files
 
-        check_config_files(argv[1:])
-    command = getattr(importlib.import_module(module), function)
-    if entry[0] == LIGHTNING:
-        return command(None if args is None else argv)
-    return command(argv[1:])
+    check_config_files(argv[1:])  # a broken config file fails before the training stack loads
+    return getattr(importlib.import_module(module), function)(None if args is None else argv)
 
 
 def debug_requested(argv: list[str]) -> bool:

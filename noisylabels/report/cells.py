@@ -205,11 +205,6 @@ class Grouped:
         """The field values of a cell: ``{"method": ..., "dataset": ..., "noise": ...}``."""
         return dict(zip(self.rows, row, strict=True)) | dict(zip(self.cols, col, strict=True))
 
-    def best(self, col: tuple) -> float | None:
-        """The highest mean of a column among its ranked cells (:meth:`ranked`)."""
-        means = [self.cells[r][col].mean for r in self.ranked(col)]
-        return max(means) if means else None
-
     def ranked(self, col: tuple) -> list[tuple]:
         """The rows whose cell of ``col`` holds every seed of the column: only means over the
         same seeds compare, so a cell that lacks a seed another cell has (a run still to come,
@@ -219,9 +214,10 @@ class Grouped:
         return [r for r in rows if set(self.cells[r][col].values) == seeds]
 
     def is_best(self, row: tuple, col: tuple) -> bool:
-        """Whether the cell of ``row`` and ``col`` is ranked and has the column's best mean."""
-        best = self.best(col)
-        return best is not None and row in self.ranked(col) and self.cells[row][col].mean == best
+        """Whether the cell of ``row`` and ``col`` is ranked and has the best mean of the ranked."""
+        ranked = self.ranked(col)
+        means = [self.cells[r][col].mean for r in ranked]
+        return row in ranked and self.cells[row][col].mean == max(means)
 
 
 def group(
