@@ -178,7 +178,7 @@ def config_files(value: Any) -> list[Path]:
     return [] if path is None else [part for part, _, _ in read_composed(path)]
 
 
-CONFIG_OPTIONS = ("--config", "-c")
+CONFIG_OPTIONS = ("--config", "-c")  # the option ComposedConfigFile reads (run.cli adds it)
 HELP_OPTIONS = ("-h", "--help")
 
 

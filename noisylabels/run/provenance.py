@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import noisylabels
-from noisylabels.run.compose import config_files
+from noisylabels.run.compose import CONFIG_OPTIONS, config_files
 
 # options that say where things are or how a run started, not what the experiment is
 CONFIG_KEYS_IGNORED = ("config", "ckpt_path")
@@ -34,7 +34,6 @@ COMMAND_OPTIONS_IGNORED = (
     "--ckpt_path",
     "--trainer.enable_progress_bar",
 )
-CONFIG_OPTIONS = ("--config", "-c")
 
 
 def labels_sha256(datamodule: Any) -> str | None:
