@@ -104,6 +104,30 @@ class CORES(NoisyLabelMethod):
             return top * (t - start) / (ramp - 1) if ramp > 1 else top
         return top
 
+    def inert_options(self) -> list[tuple[str, str]]:
+        """The sieve past the end of the method's stage; the regularizer's options where
+        ``β_t`` is 0 in every epoch of it (``beta`` 0, or ``beta_start`` past its end)."""
+        length = int(self.schedule.main_epochs)
+        inert = []
+        if int(self.hparams.sieve_epoch) >= length:
+            inert.append(
+                ("sieve_epoch", f"the method's own stage has {length} epochs (0 to "
+                 f"{length - 1}), so the sieve never starts")
+            )  # fmt: skip
+        if float(self.hparams.beta) == 0.0:
+            off = "beta is 0: there is no confidence regularizer to plan or scale by"
+            inert += [(name, off) for name in ("beta_start", "beta_ramp_epochs", "scale_lr")]
+            inert.append(("prior", off))
+        elif not any(self.beta_at(t) > 0 for t in range(length)):
+            off = (
+                f"β_t is 0 in every one of the method's {length} epochs (0 for beta_start "
+                "epochs, then rising from 0), so the confidence regularizer never acts; "
+                "--model.beta 0 trains without it"
+            )
+            names = ("beta", "beta_start", "beta_ramp_epochs", "scale_lr", "prior")
+            inert += [(name, off) for name in names]
+        return inert
+
     def lr_factor(self, epoch: int) -> float:
         """``1 / (1 + β_t)`` with ``scale_lr`` (1 in a warm-up)."""
         t = self.stage_epoch(epoch)

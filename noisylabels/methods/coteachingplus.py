@@ -57,6 +57,18 @@ class CoTeachingPlus(SmallLossMethod):
         self.loss_kind = loss
         self.disagreement_stage = self.init_epochs == 0  # set at each epoch's start
 
+    def inert_options(self) -> list[tuple[str, str]]:
+        """``init_epochs`` and ``loss`` where the disagreement stage would never start."""
+        inert = super().inert_options()
+        length = int(self.schedule.main_epochs)
+        if self.init_epochs >= length:
+            reason = (
+                f"the method's own stage has {length} epochs, so the disagreement stage never "
+                "starts and the whole run is plain Co-teaching (--model CoTeaching)"
+            )
+            inert += [("init_epochs", reason), ("loss", reason)]
+        return inert
+
     def on_train_epoch_start(self) -> None:
         super().on_train_epoch_start()
         stage_epoch = self.current_epoch - self.warmup_length()

@@ -238,6 +238,15 @@ class DivideMix(NoisyLabelMethod):
         (and the validation loss)."""
         return cross_entropy(logits, batch["label"])
 
+    def inert_options(self) -> list[tuple[str, str]]:
+        """The warm-up's confidence penalty without a warm-up; the ramp of a zero ``λ_u``."""
+        inert = super().inert_options()
+        if not self.schedule.has_warmup:
+            inert.append(("confidence_penalty", "there is no warm-up, whose loss it penalizes"))
+        if float(self.hparams.lambda_u) == 0.0:
+            inert.append(("lambda_u_ramp_epochs", "lambda_u is 0: no unlabeled loss to ramp"))
+        return inert
+
     def current_lambda_u(self) -> float:
         """``λ_u`` at this step: ``lambda_u · clip(t / ramp, 0, 1)``, ``t`` the epochs into the
         method's stage with the fraction of the current epoch's batches done."""

@@ -120,6 +120,24 @@ class GCE(NoisyLabelMethod):
         hp = self.hparams
         return self.truncate and e >= int(hp.prune_start) and e % int(hp.prune_every) == 0
 
+    def inert_options(self) -> list[tuple[str, str]]:
+        """The truncation's options without truncation, or where no pruning falls in the
+        method's stage (with every ``w_i`` at 1 the truncated loss is ``L_q`` less a constant,
+        the same gradient)."""
+        names = ("k", "prune_start", "prune_every", "prune_model")
+        if not self.truncate:
+            return [(name, "truncate is false: plain L_q, nothing is pruned") for name in names]
+        length, hp = int(self.schedule.main_epochs), self.hparams
+        start, every = int(hp.prune_start), int(hp.prune_every)
+        if any(e >= start and e % every == 0 for e in range(1, length + 1)):
+            return []
+        reason = (
+            f"no pruning falls in the method's {length} epochs (one at the start of each "
+            f"epoch e + 1 >= prune_start = {start} that is a multiple of prune_every = {every}), "
+            "and without one the truncated loss trains as plain L_q"
+        )
+        return [(name, reason) for name in names]
+
     @torch.no_grad()
     def pruned_weights(self, logits: Tensor, labels: Tensor) -> Tensor:
         """``w_i = 1`` where ``L_q(p_i, y~_i) < L_q(k)``, else 0 (float)."""

@@ -106,6 +106,13 @@ class Peer(NoisyLabelMethod):
         self.peer_alpha = float(peer_alpha)
         self.peer_alpha_segments = [tuple(p) for p in peer_alpha_segments or []]
 
+    def inert_options(self) -> list[tuple[str, str]]:
+        """``peer_alpha`` where ``peer_alpha_segments`` gives every epoch's ``α_peer``."""
+        inert = super().inert_options()
+        if self.peer_alpha_segments:
+            inert.append(("peer_alpha", "peer_alpha_segments gives α_peer of every epoch"))
+        return inert
+
     # ---------------------------------------------------------------- α_peer
     def current_peer_alpha(self) -> float:
         """``α_peer`` of the current epoch."""

@@ -174,6 +174,20 @@ class SmallLossMethod(TwoNetworkMethod):
             tau = float(source)
         return int(self.keep_count(batch_size, tau))
 
+    def inert_options(self) -> list[tuple[str, str]]:
+        """``filter_outliers`` unless ``tau`` is estimated from T̂; ``ramp_epochs`` where
+        nothing is forgotten."""
+        inert = super().inert_options()
+        source = self.forget_rate_source
+        if source != "estimate":
+            inert.append(
+                ("filter_outliers", "it filters the anchor points of the T̂ that only "
+                 f"--model.forget_rate estimate uses (forget_rate is {source})")
+            )  # fmt: skip
+        if not isinstance(source, str) and float(source) == 0.0:
+            inert.append(("ramp_epochs", "forget_rate is 0: no epoch forgets a sample"))
+        return inert
+
     def forget_rate_at(self, epoch: int) -> float:
         """``tau_t`` at ``epoch`` epochs into the method's own stage: ``tau * t / (ramp - 1)``
         for ``t < ramp_epochs`` (0 at the first epoch, ``tau`` from epoch ``ramp - 1`` on)."""

@@ -112,6 +112,19 @@ class TransitionMethod(NoisyLabelMethod):
         self.transition_source = transition
         self.register_buffer("T", torch.eye(self.num_classes))
 
+    def inert_options(self) -> list[tuple[str, str]]:
+        """The estimator's options where T is given rather than estimated; ``bias_seed``
+        without a bias."""
+        inert = super().inert_options()
+        if not self.estimates_transition:
+            source = "true" if self.transition_source is True else self.transition_source
+            reason = f"T is given (--model.transition {source}), not estimated"
+            for name in ("estimator", "filter_outliers", "outlier_quantile"):
+                inert.append((name, reason))
+        if float(self.hparams.transition_bias) == 0.0:
+            inert.append(("bias_seed", "transition_bias is 0: T is not perturbed"))
+        return inert
+
     # ---------------------------------------------------------------- state
     @property
     def estimates_transition(self) -> bool:

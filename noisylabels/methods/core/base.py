@@ -31,6 +31,7 @@ from noisylabels.methods.core.acceleration import Acceleration, SpeedOptions
 from noisylabels.methods.core.distributed import drop_gradients, with_zero_gradients, world
 from noisylabels.methods.core.evaluation import TrainingPass, split_logits, training_pass
 from noisylabels.methods.core.groups import option_group
+from noisylabels.methods.core.inert import no_effect, refuse_inert
 from noisylabels.methods.core.losses import cross_entropy
 from noisylabels.methods.core.networks import NetworkOptions
 from noisylabels.methods.core.optim import OptimizerOptions
@@ -102,11 +103,8 @@ class NoisyLabelMethod(StagedModule):
         for name in ("revision_lr", "revision_weight_decay"):
             value, default = getattr(self.optim, name), OPTIM_DEFAULTS[name]
             if value != default and int(self.schedule.revision_epochs) == 0:
-                raise InputError(
-                    f"--model.optim.{name} {value} would have no effect: there is no revision "
-                    f"stage (--model.schedule.revision_epochs 0). Leave it out (or at its "
-                    f"default, {default})"
-                )
+                reason = "there is no revision stage (--model.schedule.revision_epochs 0)"
+                raise no_effect(f"--model.optim.{name}", value, reason, default)
         self.save_hyperparameters()
         groups = {
             "network": self.network_options,
@@ -192,6 +190,21 @@ class NoisyLabelMethod(StagedModule):
         ``batch_size`` samples (all of them by default; a method that selects samples says how
         many it keeps)."""
         return batch_size
+
+    def inert_options(self) -> list[tuple[str, str]]:
+        """``(name, reason)`` of each of the method's own options that this run would never
+        use, given its other options and the length of its stage (none by default; a method
+        with conditional options lists them). :meth:`check_options_used` refuses those given a
+        value other than their default (:mod:`~noisylabels.methods.core.inert`)."""
+        return []
+
+    def check_options_used(self) -> None:
+        """Refuse an option given a value the run would never use (:meth:`inert_options`);
+        not under ``fast_dev_run``, whose one epoch of each stage is no run of the method."""
+        trainer = self._trainer
+        if trainer is not None and trainer.fast_dev_run:
+            return
+        refuse_inert(self, self.inert_options())
 
     def check_views(self) -> None:
         """Refuse a run whose training batches hold fewer augmented views than
@@ -308,6 +321,7 @@ class NoisyLabelMethod(StagedModule):
         self.resolve_acceleration(device, world_size)
         if stage == "fit":
             self.check_stages_fit()
+            self.check_options_used()
             self.check_views()
             self.check_variance_samples(world_size)
             self.speed.check_accumulation(getattr(self.trainer, "accumulate_grad_batches", 1))

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from noisylabels.errors import InputError
+from noisylabels.methods.core.inert import no_effect
 
 WARMUP_MODELS = ("last", "best")
 MAIN_STAGE_INITS = ("continue", "reinit", "restart")
@@ -143,11 +144,8 @@ class StageSchedule:
         inert = self.inert_options()
         if inert:
             name, reason = inert[0]
-            raise InputError(
-                f"{OPTION}{name} {_text(getattr(self, name))} would have no effect: {reason}. "
-                f"Leave it out (or at its default, {_text(_DEFAULTS[name])})"
-                + (", or give it as []" if isinstance(_DEFAULTS[name], tuple) else "")
-            )
+            empty = ", or give it as []" if isinstance(_DEFAULTS[name], tuple) else ""
+            raise no_effect(OPTION + name, getattr(self, name), reason, _DEFAULTS[name], empty)
 
     def inert_options(self) -> list[tuple[str, str]]:
         """The options given a value other than their default that this schedule would never
@@ -322,13 +320,6 @@ def _given(name: str, value: Any) -> bool:
     if isinstance(_DEFAULTS[name], tuple) and not value:
         return False
     return value != _DEFAULTS[name]
-
-
-def _text(value: Any) -> str:
-    """An option's value as the command line writes it."""
-    if isinstance(value, tuple):
-        return "[" + ", ".join(str(v) for v in value) + "]"
-    return "null" if value is None else str(value)
 
 
 class StagedLR(torch.optim.lr_scheduler.LRScheduler):
