@@ -523,6 +523,8 @@ def test_every_line_is_run_or_skipped_for_a_reason() -> None:
     assert not unknown, "lines no rule of this test runs or skips:\n" + "\n".join(unknown)
 
 
+# docs/observability.md appends a second SubsetStatistics and says that a warning follows
+@pytest.mark.filterwarnings("ignore:2 SubsetStatistics callbacks would write the same")
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
 def test_doc_commands_run(tiny_networks: None, make_runner: Any, doc: Path) -> None:
     """Each doc's commands, in order, in a folder of their own."""

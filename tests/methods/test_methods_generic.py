@@ -63,8 +63,16 @@ def test_a_new_module_of_the_package_registers_its_method(tmp_path: Path) -> Non
         mp.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
         assert issubclass(registry()["ExtraMethodForTest"], NoisyLabelMethod)
     sys.modules.pop(name, None)
+    vars(package).pop("extra_method_for_test", None)  # the import set it on the package
     gc.collect()  # the class goes with its module
     assert "ExtraMethodForTest" not in registry()
+    # and from the class tree, where the command line's parser would still find it
+    pending, found = [NoisyLabelMethod], []
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        found.append(cls.__name__)
+    assert "ExtraMethodForTest" not in found
 
 
 def test_model_help_lists_every_method_on_one_line(capsys) -> None:
