@@ -164,7 +164,10 @@ class SyntheticNoise(LabelSource):
                 f"{noise_type} noise needs the dataset's flip map (semantic_flips); this one "
                 "has none"
             )
-        self._rate_nominal = float(rate_nominal)
+        # a kind that draws without a rate (none: the clean labels) is noise at rate 0, whatever
+        # --data.noise_rate holds: what the run records and methods read (Co-teaching's forget
+        # rate) is the rate the labels were drawn at
+        self._rate_nominal = float(rate_nominal) if self.kind.uses_rate else 0.0
         self.seed = int(seed)
         self.flips = dict(flips) if flips else None
         self._features = features
@@ -177,7 +180,8 @@ class SyntheticNoise(LabelSource):
 
     @property
     def rate_nominal(self) -> float:
-        """The rate the noise was asked for (``--data.noise_rate``)."""
+        """The rate the noise was asked for (``--data.noise_rate``; 0 for a kind that uses no
+        rate)."""
         return self._rate_nominal
 
     def describe(self) -> str:

@@ -123,7 +123,7 @@ def test_every_kind_makes_its_labels_through_one_label_source(name: str, tmp_pat
         assert torch.equal(noisy, other)  # read (or clean) labels: no seed in them
     info = source.noise_info()
     assert info["type"] == name
-    assert info["rate_nominal"] == (RATE if kind.generated else None)
+    assert info["rate_nominal"] == (_nominal(kind, RATE))
     assert info["rate_actual"] == pytest.approx((noisy != clean).float().mean().item())
     measured = empirical_transition(clean, noisy, C).double()
     T = source.transition
@@ -141,6 +141,39 @@ def test_every_kind_makes_its_labels_through_one_label_source(name: str, tmp_pat
         assert info["rate_actual"] == pytest.approx(flipped, abs=0.01)
     if kind.rate_limit is not None:  # the formula is the limit the T it builds has
         assert clean_majority_limit(T, RATE) == pytest.approx(kind.rate_limit.bound(C))
+
+
+def _nominal(kind: NoiseKind, given: float) -> float | None:
+    """The nominal rate a run of ``kind`` records and its methods read for ``--data.noise_rate
+    given``: the rate the labels were drawn at (0 for a kind drawn without one), none for read
+    labels."""
+    if not kind.generated:
+        return None
+    return given if kind.uses_rate else 0.0
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_the_nominal_rate_is_the_rate_the_labels_were_drawn_at(name: str, tmp_path: Path) -> None:
+    """Whatever ``--data.noise_rate`` holds, a source whose labels do not change with it records
+    (and gives methods, as Co-teaching's forget rate) the same nominal rate; one whose labels do
+    records the rate given."""
+    kind = NOISE_KINDS[name]
+    clean, features = _clean(), _features()
+    shipped = torch.where(torch.arange(N) % 5 == 0, (clean + 3) % C, clean)
+    made = []
+    for rate in (0.1, RATE):
+        source = label_source(
+            name, rate_nominal=rate, seed=0, features=lambda: features, shipped=shipped,
+            dataset="the test set", **_fitting(kind, tmp_path, clean),
+        )  # fmt: skip
+        made.append((source.make_labels(clean, C), source.rate_nominal, source.noise_info()))
+    (low, low_rate, low_info), (high, high_rate, high_info) = made
+    if torch.equal(low, high):
+        assert low_rate == high_rate and low_info == high_info
+        assert low_rate in (None, 0.0)
+    else:
+        assert (low_rate, high_rate) == (0.1, RATE)
+    assert high_rate == _nominal(kind, RATE)
 
 
 @pytest.mark.parametrize("name", KINDS)
@@ -163,7 +196,7 @@ def test_every_kind_goes_through_the_data_module(name: str, tmp_path: Path) -> N
     dm.setup("fit")
     info = dm.noise_info()
     assert info["type"] == name and info["seed"] == 2
-    assert dm.data_facts().rate_nominal == (RATE if kind.generated else None)
+    assert dm.data_facts().rate_nominal == _nominal(kind, RATE)
     assert (dm.transition is None) == (kind.transition is None)
 
 
