@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from noisylabels.errors import InputError
 from noisylabels.methods import NoisyLabelMethod, StageSchedule, registry
@@ -219,3 +220,30 @@ def test_the_cases_cover_every_method_with_conditional_options() -> None:
     }
     # JoCoR, Backward and TRevision inherit the rules of CoTeaching's and Forward's bases
     assert overriding <= {case[0] for case in REFUSED} | {"JoCoR", "Backward", "TRevision"}
+
+
+@pytest.mark.parametrize("name", sorted(registry()))
+def test_every_method_takes_exactly_the_views_it_trains_on(name: str, monkeypatch) -> None:
+    """``--data.views``: fewer views than the method trains on are refused, and so are more
+    (drawn every step, never used)."""
+    import dataclasses
+
+    from conftest import synthetic_facts
+
+    try:
+        method = _method(name, {})
+    except InputError:  # a method that estimates from a warm-up (PTD, T-Revision)
+        method = registry()[name](
+            network={"backbone": "mlp"}, num_classes=10, input_shape=(1, 8, 8), schedule=WARM
+        )
+    needed = type(method).views_needed
+    labels = torch.zeros(4, dtype=torch.long)
+    facts = synthetic_facts(10, labels, labels, torch.arange(4), 0.2)
+    for views in range(1, 4):
+        served = dataclasses.replace(facts, views=views)
+        monkeypatch.setattr(method, "data_facts", lambda served=served: served)
+        if views == needed:
+            method.check_views()
+            continue
+        with pytest.raises(InputError, match=r"--data\.views"):
+            method.check_views()

@@ -208,13 +208,19 @@ class NoisyLabelMethod(StagedModule):
 
     def check_views(self) -> None:
         """Refuse a run whose training batches hold fewer augmented views than
-        :attr:`views_needed`."""
+        :attr:`views_needed`, or more (drawn every step and never used)."""
         facts = self.data_facts()
         if facts is not None and facts.views < self.views_needed:
             raise InputError(
                 f"{type(self).__name__} trains on {self.views_needed} augmented views of every "
                 f"image, but the data serves {facts.views}: add --data.views "
                 f"{self.views_needed} (the method's config group and presets set it)"
+            )
+        if facts is not None and facts.views > self.views_needed:
+            raise InputError(
+                f"--data.views {facts.views} would have no effect: {type(self).__name__} trains "
+                f"on {self.views_needed} augmented view(s) of every image, and the others would "
+                f"be drawn every step and never used. Give --data.views {self.views_needed}"
             )
 
     def check_variance_samples(self, world_size: int = 1) -> None:
