@@ -32,6 +32,8 @@ WARM = {"warmup_epochs": 1, "main_epochs": STAGE - 1, "milestones": ()}
 
 # refused: (method, options, the option the refusal names, the reference run's options)
 REFUSED = [
+    ("CE", {"alpha": 0.0, "variance_scope": "local"}, "variance_scope", {"alpha": 0.0}),
+    ("ELR", {"alpha": 0.0, "weight_warning": 0.5}, "weight_warning", {"alpha": 0.0}),
     ("CORES", {"sieve_epoch": 9}, "sieve_epoch", {}),
     ("CORES", {"beta_start": 9}, "beta_start", {}),
     ("CORES", {"beta": 0.0, "scale_lr": False}, "scale_lr", {"beta": 0.0}),
@@ -56,6 +58,7 @@ REFUSED = [
 ]  # fmt: skip
 # accepted, and claimed to change the run: (method, options, the reference run's options)
 ACCEPTED = [
+    ("CE", {"alpha": 0.5}, {"alpha": 0.0}),
     ("CORES", {"sieve_epoch": 2}, {}),
     ("CORES", {"beta_start": 1, "beta_ramp_epochs": 2}, {}),
     ("CORES", {"beta_start": 0, "prior": "uniform"}, {"beta_start": 0}),

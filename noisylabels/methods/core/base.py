@@ -195,8 +195,12 @@ class NoisyLabelMethod(StagedModule):
         """``(name, reason)`` of each of the method's own options that this run would never
         use, given its other options and the length of its stage (none by default; a method
         with conditional options lists them). :meth:`check_options_used` refuses those given a
-        value other than their default (:mod:`~noisylabels.methods.core.inert`)."""
-        return []
+        value other than their default (:mod:`~noisylabels.methods.core.inert`). The base's:
+        the variance term's options where there is no variance term (``alpha`` 0)."""
+        if self.alpha != 0:
+            return []
+        reason = "alpha is 0: the base method, with no variance term"
+        return [("variance_scope", reason), ("weight_warning", reason)]
 
     def check_options_used(self) -> None:
         """Refuse an option given a value the run would never use (:meth:`inert_options`);
