@@ -41,6 +41,7 @@ from noisylabels.report.problems import (
     health_problems,
     metric_of,
     protocol_problems,
+    selection_problem,
 )
 from noisylabels.yamlio import load_yaml
 
@@ -242,6 +243,8 @@ def _record(
     metrics: dict[str, float | None] = {}
     for name, key in METRICS.items():
         metrics[name], why = metric_of(results, key)
+        if why is None and name == "best":
+            why = selection_problem(results)
         if why is not None:
             found.append(Problem(METRIC_PROBLEM, why, name))
     eps_t, why = eps_t_of(results)

@@ -69,6 +69,19 @@ def metric_of(results: Mapping[str, Any], key: str) -> tuple[float | None, str |
     return float(value), None
 
 
+def selection_problem(results: Mapping[str, Any]) -> str | None:
+    """Why ``test_acc`` is no selected checkpoint's accuracy: the run records that it selected
+    none (``best_epoch: null``; no validation data, or no validation epoch), so its
+    ``test_acc`` is its last epoch's. ``None`` where it selected one, or where the record does
+    not say (a record without ``best_epoch``)."""
+    if "best_epoch" in results and results["best_epoch"] is None:
+        return (
+            "no checkpoint was selected (best_epoch is null: no validation data or no "
+            "validation epoch), so its test_acc is the last epoch's"
+        )
+    return None
+
+
 def eps_t_of(results: Mapping[str, Any]) -> tuple[float | None, str | None]:
     """ε_T of ``results`` (a finite number ≥ 0) and, where it is not one, why."""
     value = results.get("t_estimation_error")

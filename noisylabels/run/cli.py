@@ -380,7 +380,10 @@ class NoisyLabelsCLI(LightningCLI):
             print("fast_dev_run: every stage ran once; a smoke test writes no results.json")
             return
         if results["test_acc"] is not None:
-            print(f"clean test accuracy: {results['test_acc']:.4f} ({results['method']})")
+            # a run without validation selects no checkpoint: its figure is the last epoch's
+            unselected = results.get("best_epoch") is None
+            which = " (the last epoch's: no checkpoint was selected)" if unselected else ""
+            print(f"clean test accuracy: {results['test_acc']:.4f} ({results['method']}){which}")
         if results.get("health", "ok") != "ok":
             print(
                 f"noisylabels: warning: the run stopped learning ({results['health']}); "

@@ -144,3 +144,25 @@ def test_non_stochastic_transition_file_names_the_rows(run_cli, tmp_path: Path) 
         run_cli(
             "fit", "--config", str(CONFIGS / "quickstart.yaml"), "--model.transition", str(path)
         )
+
+
+@pytest.mark.filterwarnings("ignore:Total length of .DataLoader. across ranks is zero")
+@pytest.mark.filterwarnings("ignore:.ModelCheckpoint.monitor='val/acc'.. could not find")
+def test_a_run_without_validation_data_says_its_figure_is_the_last_epochs(
+    run_cli, tmp_path: Path, capsys
+) -> None:
+    """No validation data (``--data.val_fraction 0``): no checkpoint is selected, the command
+    says that its accuracy is the last epoch's, and ``report`` keeps the run out of the selected
+    checkpoint's table."""
+    from noisylabels.cli import run
+    from noisylabels.errors import InputError
+
+    run_cli("fit", "--config", str(CONFIGS / "quickstart.yaml"), "--data.val_fraction", "0",
+            "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2")  # fmt: skip
+    out = capsys.readouterr().out
+    results = read_results(tmp_path)
+    assert results["best_epoch"] is None and results["test_acc"] == results["test_acc_last"]
+    assert f"{results['test_acc']:.4f} (Forward-VRNL) (the last epoch's: no checkpoint" in out
+    with pytest.raises((SystemExit, InputError)):
+        run(["report", str(tmp_path)])
+    assert "no checkpoint was selected" in capsys.readouterr().err

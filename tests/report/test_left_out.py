@@ -309,3 +309,24 @@ def test_latex_lists_the_left_out_runs_as_comments(tmp_path: Path) -> None:
     text = main([str(tmp_path), "--format", "latex"])
     assert "% Left out of every mean, bold and paired difference: 1 run(s):" in text
     assert f"% - {bad}: test_acc is inf\n" in text
+
+
+@pytest.mark.parametrize("selected", [True, False, None])
+def test_the_selected_checkpoints_table_holds_selected_checkpoints_only(
+    tmp_path: Path, selected: bool | None
+) -> None:
+    """A run that records it selected no checkpoint (``best_epoch: null``: no validation data)
+    has its last epoch's accuracy as ``test_acc``: it is left out of the selected checkpoint's
+    table, saying why, and counts in the last epoch's. A record without ``best_epoch`` (one
+    written before it was recorded) is taken as it is."""
+    write_run(tmp_path / "a", "CE", 0, test_acc=0.90, test_acc_last=0.80, best_epoch=4)
+    fields = {True: {"best_epoch": 7}, False: {"best_epoch": None}, None: {}}[selected]
+    other = write_run(tmp_path / "b", "CE", 1, test_acc=0.70, test_acc_last=0.70, **fields)
+    best = main([str(tmp_path)])
+    last = main([str(tmp_path), "--metric", "last"])
+    assert "| CE | **75.00 ± 7.07 (2)** |" in last and "Left out" not in last
+    if selected is False:
+        assert "| CE | **90.00 (1)** |" in best
+        assert f"- {other}: no checkpoint was selected (best_epoch is null" in best
+    else:
+        assert "| CE | **80.00 ± 14.14 (2)** |" in best and "Left out" not in best
