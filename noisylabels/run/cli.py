@@ -12,6 +12,7 @@ paragraph).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -392,6 +393,35 @@ class NoisyLabelsCLI(LightningCLI):
                 file=sys.stderr,
             )
         print(f"run folder: {run_dir(self.trainer)}")
+
+    def before_test(self) -> None:
+        self._say_data_differences()
+
+    def before_validate(self) -> None:
+        self._say_data_differences()
+
+    def before_predict(self) -> None:
+        self._say_data_differences()
+
+    def _say_data_differences(self) -> None:
+        """Say where the data of an evaluation of a run's checkpoint differs from its fit's
+        (:func:`~noisylabels.run.identity.evaluation_differences`): its figures are then of
+        other samples, labels or inputs than the run's."""
+        checkpoint = getattr(self, "_checkpoint", None)
+        if checkpoint is None:
+            return
+        now = identity.of_objects(self.model, self.datamodule, seed=None, trainer_options=None)
+        found = identity.evaluation_differences(checkpoint.identity, now)
+        if found:
+            changed = ", ".join(
+                f"{name} {json.dumps(b)} -> {json.dumps(a)}" for name, (b, a) in found.items()
+            )
+            rank_zero_only(print)(
+                f"noisylabels {self.subcommand}: the data differs from the one {checkpoint.path} "
+                f"was fit on ({changed}): the figures below are of this data, not the run's",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def predict(self, model: Any, datamodule: Any = None, **kwargs: Any) -> None:
         """``noisylabels predict``: Lightning's predict, with the class probabilities of every

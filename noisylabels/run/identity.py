@@ -273,6 +273,30 @@ def differences(
     return out
 
 
+EVALUATION_NEUTRAL: dict[str, str] = {
+    "data.batch_size": "training batches only",
+    "data.eval_batch_size": "the batches, not the samples or their values",
+    "data.num_workers": "how the batches are loaded",
+    "data.data_dir": "where the same dataset lies",
+    "data.download": "whether a missing dataset is fetched",
+    "data.on_device": "where the same batches are made",
+}
+"""Data options whose value cannot change an evaluation's figures, each with why."""
+
+
+def evaluation_differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, list]:
+    """``{name: [the fit's value, this evaluation's]}`` for the data options in which an
+    evaluation (``test``, ``validate``, ``predict``) of a run's checkpoint differs from the
+    run's fit (``saved``: the checkpoint's identity), leaving out :data:`EVALUATION_NEUTRAL`:
+    the samples, labels or inputs of the evaluation are then other than the fit's."""
+    found = differences(saved, now, known_after_setup=False)
+    return {
+        name: values
+        for name, values in found.items()
+        if name.startswith("data.") and name not in EVALUATION_NEUTRAL
+    }
+
+
 def _same_value(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 

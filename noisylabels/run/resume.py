@@ -186,8 +186,9 @@ def read(path: Path) -> dict[str, Any]:
 
 def reported(path: Path, origin: Path | None) -> Path:
     """The checkpoint a finished run's fit reported (``results.json``'s ``checkpoint``, the
-    selected one), where ``path`` is that run's ``last.ckpt`` and the file is there (looked up
-    by name in the run's ``checkpoints/`` where the folder was moved); else ``path``."""
+    selected one), where ``path`` is that run's ``last.ckpt``: the file of that name in the
+    run's own ``checkpoints/`` (a folder copied or moved keeps its own, never the original's,
+    which may have changed since), else the path recorded; else ``path``."""
     if origin is None or path.name != CHECKPOINT_FILE:
         return path
     try:
@@ -197,7 +198,7 @@ def reported(path: Path, origin: Path | None) -> Path:
     selected = results.get("checkpoint") if isinstance(results, dict) else None
     if not isinstance(selected, str) or not selected:
         return path
-    for candidate in (Path(selected), origin / "checkpoints" / Path(selected).name):
+    for candidate in (origin / "checkpoints" / Path(selected).name, Path(selected)):
         if candidate.is_file():
             return candidate
     return path

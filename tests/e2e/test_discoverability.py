@@ -236,3 +236,49 @@ def test_documents_the_configs_point_to_exist() -> None:
         for name in re.findall(r"[\w./-]+\.md\b", path.read_text()):
             found = [p for p in (REPO / name, REPO / "docs" / name) if p.is_file()]
             assert found, f"{path.relative_to(REPO)} points to {name}, which does not exist"
+
+
+@pytest.mark.parametrize("stage", ["test", "validate", "predict"])
+def test_an_evaluation_on_other_data_than_the_fits_says_so(
+    finished_run: Path, tmp_path: Path, capsys, stage: str
+) -> None:
+    """`test`, `validate` and `predict` of a run's checkpoint with data options other than its
+    fit's (here the inputs' normalization) say which, and that the figures are of that data; the
+    run's own data, or a difference that changes no figure (the evaluation batch size, where the
+    data lies), says nothing."""
+    config = str(finished_run / "config.yaml")
+    common = ["--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false"]
+    if stage == "predict":
+        run_copy = tmp_path / "run"  # predict writes predictions.csv into the run folder
+        import shutil
+
+        finished = Path(shutil.copytree(finished_run, run_copy))
+    else:
+        finished = finished_run
+    for extra, said in (
+        ([], None),
+        (["--data.eval_batch_size", "7", "--data.data_dir", str(tmp_path)], None),
+        (["--data.normalize", "false"], "data.normalize true -> false"),
+    ):
+        capsys.readouterr()
+        run([stage, "--config", config, "--ckpt_path", str(finished), *common, *extra])
+        err = capsys.readouterr().err
+        if said is None:
+            assert "the data differs" not in err, extra
+        else:
+            assert "the data differs from the one " in err and said in err
+            assert "the figures below are of this data, not the run's" in err
+
+
+def test_a_copied_run_is_evaluated_from_its_own_checkpoint(finished_run: Path, tmp_path: Path):
+    """`test --ckpt_path COPY` of a run folder copied elsewhere evaluates the copy's selected
+    checkpoint, not the file of the same name in the original folder (which a later run there
+    may have replaced)."""
+    import shutil
+
+    copy = Path(shutil.copytree(finished_run, tmp_path / "copy"))
+    tested = run(["test", "--config", str(copy / "config.yaml"), "--ckpt_path", str(copy),
+                  "--trainer.default_root_dir", str(tmp_path / "root"),
+                  "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    assert Path(tested.trainer.ckpt_path).parent == copy / "checkpoints"
+    assert Path(tested.trainer.ckpt_path).name.startswith("best-epoch")
