@@ -45,6 +45,9 @@ class Cell:
     """Test accuracy (%) of one cell over seeds."""
 
     values: dict[Any, float]  # seed -> accuracy in %
+    labels: dict[Any, str | None] = field(default_factory=dict)
+    """seed -> the SHA-256 of the noisy training labels its run trained on (``None``: not
+    recorded): two cells pair a seed only where its runs trained on the same labels."""
 
     @property
     def n(self) -> int:
@@ -72,6 +75,24 @@ class Paired:
     low: float | None
     high: float | None
     p: float | None
+
+
+def labels_sha256(results: Mapping[str, Any]) -> str | None:
+    """The SHA-256 of the noisy training labels a run's ``results.json`` records, if any."""
+    provenance = results.get("provenance")
+    value = provenance.get("noisy_labels_sha256") if isinstance(provenance, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def unpaired_seeds(a: Cell, b: Cell) -> list[Any]:
+    """The seeds both cells have whose runs trained on different noisy labels (both recorded
+    and unequal): their difference is no paired one."""
+    common = set(a.values) & set(b.values)
+    return sorted(
+        (s for s in common if None not in (a.labels.get(s), b.labels.get(s))
+         and a.labels[s] != b.labels[s]),
+        key=str,
+    )  # fmt: skip
 
 
 def paired_difference(vrnl: Mapping[Any, float], base: Mapping[Any, float]) -> Paired | None:
@@ -243,6 +264,7 @@ def group(
                 "(e.g. alpha, or a sweep axis)"
             )
         cell.values[record.seed] = 100.0 * float(record.metrics[metric])  # type: ignore[arg-type]
+        cell.labels[record.seed] = labels_sha256(record.results)
 
     def order(fields: Sequence[str]):
         return lambda key: [sort_key(f, v) for f, v in zip(fields, key, strict=True)]

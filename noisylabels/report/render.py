@@ -27,6 +27,7 @@ from noisylabels.report.cells import (
     paired_difference,
     screen,
     sort_key,
+    unpaired_seeds,
 )
 from noisylabels.report.collect import VRNL_SUFFIX, Record, base_method, method_key
 from noisylabels.report.problems import SHORT, UNHEALTHY
@@ -143,7 +144,11 @@ def vrnl_pairs(g: Grouped) -> list[tuple[tuple, tuple]]:
 def pair_statistics(g: Grouped, vrnl_row: tuple, base_row: tuple, col: tuple) -> Paired | None:
     """:func:`paired_difference` of two rows' cells in a column (``None`` if one is empty)."""
     a, b = g.cell(vrnl_row, col), g.cell(base_row, col)
-    return paired_difference(a.values, b.values) if a and b else None
+    if not (a and b):
+        return None
+    apart = set(unpaired_seeds(a, b))
+    kept = {s: v for s, v in a.values.items() if s not in apart}
+    return paired_difference(kept, b.values)
 
 
 def pair_label(g: Grouped, vrnl_row: tuple, base_row: tuple, minus: str = "−") -> list[str]:
@@ -177,6 +182,16 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
         "VRNL minus base in percentage points over the seeds both have: mean [95 % CI, t "
         "distribution], two-sided paired t-test p-value, (n) seeds"
     )
+    for vrnl_row, base_row in vrnl_pairs(g):
+        for col in g.col_keys:
+            a, b = g.cell(vrnl_row, col), g.cell(base_row, col)
+            apart = unpaired_seeds(a, b) if a and b else []
+            if apart:
+                out.notes.append(
+                    f"left out of {' '.join(pair_label(g, vrnl_row, base_row))} in "
+                    f"{_label(col)}: seed(s) {', '.join(map(str, apart))}, whose two runs "
+                    "trained on different noisy labels (noisy_labels_sha256), so are no pair"
+                )
     if not out.rows:
         out.notes.insert(0, "no pairs: no X-VRNL row has its X row (with the same other fields)")
     return out

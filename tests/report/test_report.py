@@ -346,3 +346,30 @@ def test_runs_kind_lists_every_run_with_its_estimate(tmp_path: Path) -> None:
     assert other["ε_T"] == other["T̂ from epoch"] == "—"
     markdown = report(root, "--kind", "runs")
     assert markdown.count("\n| Forward |") == 5 and "every run" in markdown
+
+
+@pytest.mark.parametrize("apart", [None, 0, 1, 2])
+def test_a_seed_pairs_only_runs_trained_on_the_same_noisy_labels(tmp_path: Path, apart) -> None:
+    """The paired difference pairs seed s of X-VRNL with seed s of X only where both runs
+    trained on the same noisy labels (their recorded ``noisy_labels_sha256``); a seed whose runs
+    did not (another noise seed, another label file) is left out of the pair and named."""
+    write_runs(tmp_path, RUNS[:6])
+    for file in tmp_path.rglob("results.json"):
+        results = json.loads(file.read_text())
+        vrnl = results["method"].endswith("-VRNL")
+        other = vrnl and results["seed"] == apart
+        results["provenance"] = {"noisy_labels_sha256": f"labels-of-seed-{results['seed']}"
+                                 + ("-other" if other else "")}  # fmt: skip
+        file.write_text(json.dumps(results))
+    text = report(tmp_path, "--paired", "--format", "csv")
+    row = next(r for r in csv.DictReader(io.StringIO(text)) if r["kind"] == "paired")
+    assert row["n"] == ("3" if apart is None else "2")
+    if apart is None:
+        assert float(row["mean"]) == pytest.approx(1.0)
+        assert "no pair" not in report(tmp_path, "--paired")
+    else:
+        kept = [s for s in (0, 1, 2) if s != apart]
+        by_seed = {0: 0.5, 1: 1.0, 2: 1.5}
+        assert float(row["mean"]) == pytest.approx(sum(by_seed[s] for s in kept) / 2)
+        markdown = report(tmp_path, "--paired")
+        assert f"seed(s) {apart}, whose two runs trained on different noisy labels" in markdown
