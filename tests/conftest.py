@@ -194,6 +194,29 @@ def tiny_backbones(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(BACKBONES, name, tiny)
 
 
+def reset_dynamo() -> None:
+    """Empty Dynamo's caches (compiled functions share them across tests). Collected first: a
+    compiled function that goes while the reset walks the backend cache changes the cache under
+    the walk; where one still does, the reset walks it again."""
+    for _ in range(3):
+        gc.collect()
+        try:
+            torch._dynamo.reset()
+            return
+        except RuntimeError as err:
+            if "changed size during iteration" not in str(err):
+                raise
+    torch._dynamo.reset()
+
+
+@pytest.fixture()
+def fresh_dynamo() -> Any:
+    """Dynamo's caches empty before and after the test (:func:`reset_dynamo`)."""
+    reset_dynamo()
+    yield
+    reset_dynamo()
+
+
 FINISHED_RUN_EPOCHS = 2
 
 

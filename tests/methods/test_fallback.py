@@ -4,7 +4,6 @@ goes on eagerly from the same state; options that cannot work together are refus
 
 from __future__ import annotations
 
-import gc
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,15 +41,7 @@ for _name, _backend in FAILING.items():
         torch._dynamo.register_backend(_backend, name=_name)
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    """Dynamo's caches empty before and after (collected first: a compiled function that goes
-    while Dynamo's reset walks its backend cache changes the cache under it)."""
-    gc.collect()
-    torch._dynamo.reset()
-    yield
-    gc.collect()
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # conftest: Dynamo's caches, emptied
 
 
 def _fit(run_cli, root: Path, *extra: str):

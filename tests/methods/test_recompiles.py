@@ -58,12 +58,11 @@ INDUCTOR_LOG = GraphLog("graph_log_inductor_for_test", "inductor")
 
 
 @pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
+def fresh_logs(fresh_dynamo: None):
+    """Dynamo's caches (conftest) and the graph logs empty before the test."""
     for log in (EAGER_LOG, INDUCTOR_LOG):
         log.graphs.clear()
     yield
-    torch._dynamo.reset()
 
 
 def test_alpha_and_a_smaller_batch_make_static_graphs() -> None:

@@ -41,12 +41,7 @@ SHAPE = (1, 8, 8)
 DIGITS_T = torch.full((10, 10), 0.3 / 9).fill_diagonal_(0.7)
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    """Compiled functions share Dynamo's per-function caches across tests: start empty."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # conftest: Dynamo's caches, emptied
 
 
 def _model(cls: type[NoisyLabelMethod], compile: bool | str, **kwargs: Any) -> NoisyLabelMethod:
