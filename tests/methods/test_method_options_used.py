@@ -250,3 +250,23 @@ def test_every_method_takes_exactly_the_views_it_trains_on(name: str, monkeypatc
             continue
         with pytest.raises(InputError, match=r"--data\.views"):
             method.check_views()
+
+
+@pytest.mark.parametrize("name", sorted(registry()))
+def test_vrnl_refuses_gradient_accumulation_and_the_base_method_takes_it(name: str) -> None:
+    """With ``alpha != 0`` the variance of an accumulated part is not the batch's: refused,
+    naming the option; the mean alone (``alpha`` 0) accumulates exactly and is accepted."""
+    for alpha in (0.0, 0.1):
+        try:
+            method = _method(name, {"alpha": alpha})
+        except InputError:  # a method that estimates from a warm-up (PTD, T-Revision)
+            method = registry()[name](
+                network={"backbone": "mlp"}, num_classes=10, input_shape=(1, 8, 8),
+                schedule=WARM, alpha=alpha,
+            )  # fmt: skip
+        method.check_variance_accumulation(1)
+        if alpha == 0:
+            method.check_variance_accumulation(4)
+            continue
+        with pytest.raises(InputError, match=r"--trainer\.accumulate_grad_batches 4 with VRNL"):
+            method.check_variance_accumulation(4)

@@ -243,6 +243,19 @@ class NoisyLabelMethod(StagedModule):
             self.base_method_name,
         )
 
+    def check_variance_accumulation(self, accumulate_grad_batches: int) -> None:
+        """Refuse VRNL with gradient accumulation: the variance would be each accumulated
+        part's, and the objective the mean of the parts' ``mean - alpha * Var`` rather than
+        the batch's (the mean alone accumulates exactly)."""
+        if self.alpha == 0 or int(accumulate_grad_batches) <= 1:
+            return
+        raise InputError(
+            f"--trainer.accumulate_grad_batches {accumulate_grad_batches} with VRNL (--model."
+            f"alpha {self.alpha:g}): each accumulated part of a batch would have a variance of "
+            "its own, so the run would train on the mean of the parts' mean - alpha * Var, not "
+            "on the batch's. Give the whole batch at once (--data.batch_size), or alpha 0"
+        )
+
     def vrnl(
         self,
         losses: Tensor,
@@ -334,7 +347,9 @@ class NoisyLabelMethod(StagedModule):
             self.check_options_used()
             self.check_views()
             self.check_variance_samples(world_size)
-            self.speed.check_accumulation(getattr(self.trainer, "accumulate_grad_batches", 1))
+            accumulate = getattr(self.trainer, "accumulate_grad_batches", 1)
+            self.speed.check_accumulation(accumulate)
+            self.check_variance_accumulation(accumulate)
 
     def on_fit_start(self) -> None:  # after DDP's SyncBatchNorm swap
         self.speed.leave_collectives_eager(self.networks)
