@@ -5,7 +5,7 @@ A method lists the options its settings or the length of its own stage leave wit
 :meth:`~noisylabels.methods.core.base.NoisyLabelMethod.inert_options`, each with the reason;
 :func:`refuse_inert` refuses the first of those the run was given (a value other than the one
 its ``__init__`` declares). Options at their defaults are never refused: a default is the
-reference's, and the method says where its stage is too short for it to act.
+reference's value, which a shortened stage may leave unused (docs/methods.md says so).
 """
 
 from __future__ import annotations
