@@ -23,6 +23,31 @@ BEST_CHECKPOINT: dict[str, Any] = {
     "filename": "best-epoch{epoch:03d}",
     "auto_insert_metric_name": False,
 }
+# the direction in which a monitored value improves, by the last part of its name
+_IMPROVES = (("acc", "max"), ("loss", "min"), ("error", "min"))
+
+
+def improves(monitor: str | None) -> str | None:
+    """``max`` or ``min``: the mode in which ``monitor`` improves, where its name says
+    (``val/acc`` up, ``val/loss`` and ``t_estimation_error`` down); ``None`` where it does not."""
+    name = str(monitor or "").rsplit("/", 1)[-1].lower()
+    found = {mode for part, mode in _IMPROVES if part in name}
+    return found.pop() if len(found) == 1 else None
+
+
+def check_direction(monitor: str | None, mode: str) -> None:
+    """Refuse a checkpoint mode against the direction its monitored value improves in: the
+    run would select its worst epoch and report it as its result."""
+    direction = improves(monitor)
+    if direction is not None and mode != direction:
+        worst = "highest" if mode == "max" else "lowest"
+        raise InputError(
+            f"--checkpoint.mode {mode} with --checkpoint.monitor {monitor} would select the epoch "
+            f"with the {worst} {monitor}, its worst, and report it as the run's result; give "
+            f"--checkpoint.mode {direction}"
+        )
+
+
 # the checkpoint state that names files in the checkpoint's folder
 _PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")
 
@@ -40,6 +65,10 @@ class WarmupAwareCheckpoint(ModelCheckpoint):
     ``last.ckpt`` is not this callback's: the run record writes it at the end of every epoch
     of every run (warm-up included), so ``save_last`` changes nothing here.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        check_direction(self.monitor, self.mode)
 
     def check_monitor_top_k(self, trainer: L.Trainer, current: Tensor | None = None) -> bool:
         if getattr(trainer.lightning_module, "in_warmup", False):

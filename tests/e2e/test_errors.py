@@ -311,6 +311,8 @@ CASES: list[tuple[str, Case, int]] = [
      str(f.root / ("x" * 300))], "bytes long, more than"), 2),
     ("monitor-misspelt", lambda f: (["--config", QUICKSTART, "--trainer.max_epochs", "1",
      "--checkpoint.monitor", "val/accuracy"], "--checkpoint.monitor val/accuracy"), 2),
+    ("monitor-loss-upwards", lambda f: (["--config", QUICKSTART, "--checkpoint.monitor",
+     "val/loss"], "--checkpoint.mode max with --checkpoint.monitor val/loss would select"), 2),
     ("test-best-without-a-fit", lambda f: (["test", "--config", QUICKSTART, "--ckpt_path",
      "best"], "--ckpt_path best"), 2),
     ("hpc-checkpoint-none-there", lambda f: (["--config", QUICKSTART, "--ckpt_path", "hpc"],

@@ -216,8 +216,8 @@ def test_revision_starts_from_the_best_epoch_of_the_stage(tmp_path) -> None:
 def test_tail_test_records_every_network(tmp_path, run_cli) -> None:
     """``--tail_test_epochs 2``: results.json holds both networks' clean test accuracy of the
     last two epochs and their mean; the last epoch's network 0 equals ``test_acc_last``. The
-    selected checkpoint is the first epoch's (highest training loss), whose state, restored by
-    the test, knows no tail yet."""
+    selected checkpoint is the first epoch's (the lowest logged ``epoch``), whose state,
+    restored by the test, knows no tail yet."""
     run_cli(
         "fit",
         "--config",
@@ -228,7 +228,7 @@ def test_tail_test_records_every_network(tmp_path, run_cli) -> None:
         "3",
         "--tail_test_epochs",
         "2",
-        *("--checkpoint.monitor", "train/loss", "--checkpoint.mode", "max"),
+        *("--checkpoint.monitor", "epoch", "--checkpoint.mode", "min"),
     )
     results = read_results(tmp_path)
     assert results["best_epoch"] == 0

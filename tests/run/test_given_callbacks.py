@@ -97,3 +97,25 @@ def test_the_run_s_own_observers_of_an_earlier_run_are_replaced(make_trainer) ->
     assert all(c in trainer.callbacks for c in second)
     assert not any(c in trainer.callbacks for c in first)
     assert mine in trainer.callbacks
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+@pytest.mark.parametrize(
+    ("monitor", "improves"),
+    [("val/acc", "max"), ("train/acc", "max"), ("val/loss", "min"), ("train/loss", "min"),
+     ("transition/t_estimation_error", "min"), ("epoch", None), ("val/f1", None)],
+)  # fmt: skip
+def test_the_best_checkpoint_is_chosen_the_way_its_value_improves(
+    monitor: str, improves: str | None, mode: str
+) -> None:
+    """A checkpoint mode against the direction its monitored value improves in would select the
+    run's worst epoch as its result: refused, naming the mode to give; a value whose name says
+    nothing of its direction is taken in either mode."""
+    from noisylabels.errors import InputError
+    from noisylabels.run.checkpoints import WarmupAwareCheckpoint
+
+    if improves is None or mode == improves:
+        WarmupAwareCheckpoint(monitor=monitor, mode=mode)
+        return
+    with pytest.raises(InputError, match=rf"give --checkpoint\.mode {improves}$"):
+        WarmupAwareCheckpoint(monitor=monitor, mode=mode)
