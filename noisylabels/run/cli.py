@@ -401,15 +401,23 @@ class NoisyLabelsCLI(LightningCLI):
         self._say_data_differences()
 
     def before_predict(self) -> None:
-        self._say_data_differences()
+        found = self._say_data_differences()
+        checkpoint = getattr(self, "_checkpoint", None)
+        if found and checkpoint is not None and checkpoint.origin is not None:
+            raise InputError(
+                f"predictions of other data than the run's are not written into its folder "
+                f"({checkpoint.origin}), where they would pass for its own: give the run's data "
+                f"options ({', '.join(found)} as in its config.yaml), or copy the checkpoint "
+                "file out of the run folder and predict from the copy"
+            )
 
-    def _say_data_differences(self) -> None:
+    def _say_data_differences(self) -> dict[str, list]:
         """Say where the data of an evaluation of a run's checkpoint differs from its fit's
         (:func:`~noisylabels.run.identity.evaluation_differences`): its figures are then of
-        other samples, labels or inputs than the run's."""
+        other samples, labels or inputs than the run's. Returns the differences."""
         checkpoint = getattr(self, "_checkpoint", None)
         if checkpoint is None:
-            return
+            return {}
         now = identity.of_objects(self.model, self.datamodule, seed=None, trainer_options=None)
         found = identity.evaluation_differences(checkpoint.identity, now)
         if found:
@@ -422,6 +430,7 @@ class NoisyLabelsCLI(LightningCLI):
                 file=sys.stderr,
                 flush=True,
             )
+        return found
 
     def predict(self, model: Any, datamodule: Any = None, **kwargs: Any) -> None:
         """``noisylabels predict``: Lightning's predict, with the class probabilities of every

@@ -243,9 +243,10 @@ def test_an_evaluation_on_other_data_than_the_fits_says_so(
     finished_run: Path, tmp_path: Path, capsys, stage: str
 ) -> None:
     """`test`, `validate` and `predict` of a run's checkpoint with data options other than its
-    fit's (here the inputs' normalization) say which, and that the figures are of that data; the
-    run's own data, or a difference that changes no figure (the evaluation batch size, where the
-    data lies), says nothing."""
+    fit's (here the inputs' normalization) say which, and that the figures are of that data
+    (`predict` then refuses to write its predictions into the run's folder); the run's own
+    data, or a difference that changes no figure (the evaluation batch size, where the data
+    lies), says nothing."""
     config = str(finished_run / "config.yaml")
     common = ["--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false"]
     if stage == "predict":
@@ -261,7 +262,14 @@ def test_an_evaluation_on_other_data_than_the_fits_says_so(
         (["--data.normalize", "false"], "data.normalize true -> false"),
     ):
         capsys.readouterr()
-        run([stage, "--config", config, "--ckpt_path", str(finished), *common, *extra])
+        argv = [stage, "--config", config, "--ckpt_path", str(finished), *common, *extra]
+        if said is not None and stage == "predict":  # not into the run's folder: refused
+            before = (finished / "predictions.csv").read_bytes()
+            with pytest.raises(InputError, match="predictions of other data than the run's"):
+                run(argv)
+            assert (finished / "predictions.csv").read_bytes() == before
+        else:
+            run(argv)
         err = capsys.readouterr().err
         if said is None:
             assert "the data differs" not in err, extra
