@@ -166,9 +166,19 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
     for col in g.col_keys:
         header += [_label(col)] + (["paper Δ"] if paper is not None else [])
     out = Table(title, header, [])
+    left_out = []
     for vrnl_row, base_row in vrnl_pairs(g):
-        line = pair_label(g, vrnl_row, base_row)
+        label = pair_label(g, vrnl_row, base_row)
+        line = list(label)
         for col in g.col_keys:
+            a, b = g.cell(vrnl_row, col), g.cell(base_row, col)
+            apart = unpaired_seeds(a, b) if a and b else []
+            if apart:
+                left_out.append(
+                    f"left out of {' '.join(label)} in {_label(col)}: seed(s) "
+                    f"{', '.join(map(str, apart))}, whose two runs trained on different noisy "
+                    "labels (noisy_labels_sha256), so are no pair"
+                )
             line.append(fmt_paired(pair_statistics(g, vrnl_row, base_row, col)))
             if paper is not None:
                 fields = g.fields(vrnl_row, col)
@@ -182,16 +192,7 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
         "VRNL minus base in percentage points over the seeds both have: mean [95 % CI, t "
         "distribution], two-sided paired t-test p-value, (n) seeds"
     )
-    for vrnl_row, base_row in vrnl_pairs(g):
-        for col in g.col_keys:
-            a, b = g.cell(vrnl_row, col), g.cell(base_row, col)
-            apart = unpaired_seeds(a, b) if a and b else []
-            if apart:
-                out.notes.append(
-                    f"left out of {' '.join(pair_label(g, vrnl_row, base_row))} in "
-                    f"{_label(col)}: seed(s) {', '.join(map(str, apart))}, whose two runs "
-                    "trained on different noisy labels (noisy_labels_sha256), so are no pair"
-                )
+    out.notes += left_out
     if not out.rows:
         out.notes.insert(0, "no pairs: no X-VRNL row has its X row (with the same other fields)")
     return out

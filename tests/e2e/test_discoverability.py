@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -251,8 +252,6 @@ def test_an_evaluation_on_other_data_than_the_fits_says_so(
     common = ["--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false"]
     if stage == "predict":
         run_copy = tmp_path / "run"  # predict writes predictions.csv into the run folder
-        import shutil
-
         finished = Path(shutil.copytree(finished_run, run_copy))
     else:
         finished = finished_run
@@ -282,8 +281,6 @@ def test_a_copied_run_is_evaluated_from_its_own_checkpoint(finished_run: Path, t
     """`test --ckpt_path COPY` of a run folder copied elsewhere evaluates the copy's selected
     checkpoint, not the file of the same name in the original folder (which a later run there
     may have replaced)."""
-    import shutil
-
     copy = Path(shutil.copytree(finished_run, tmp_path / "copy"))
     tested = run(["test", "--config", str(copy / "config.yaml"), "--ckpt_path", str(copy),
                   "--trainer.default_root_dir", str(tmp_path / "root"),
