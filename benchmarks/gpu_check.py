@@ -381,10 +381,7 @@ def throughput(check: Check) -> dict[str, Any]:
     ]
     if check.rehearsal:
         cmd += [
-            "--device",
-            "cpu",
-            "--only",
-            "mnist-lenet5",
+            *("--device", "cpu", "--batch-size", "8", "--fake-size", "1500"),
             "--warmup-steps",
             "1",
             "--steps",
@@ -497,6 +494,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds in all")
     parser.add_argument("--out", default="runs/gpu-check.json", help="the JSON summary")
     parser.add_argument("--only", nargs="+", choices=[s[0] for s in STEPS])
+    parser.add_argument(
+        "--work",
+        help="keep the steps' logs, probes and runs in this folder (default: a temporary one)",
+    )
     args = parser.parse_args(argv)
     steps = [s for s in STEPS if args.only is None or s[0] in args.only]
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -515,8 +516,10 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
-        check = Check(args, Path(work))
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as temporary:
+        work = Path(args.work or temporary)
+        work.mkdir(parents=True, exist_ok=True)
+        check = Check(args, work)
         for name, step, needs, what in steps:
             start = time.monotonic()
             if check.left() < needs:

@@ -80,13 +80,20 @@ WORKLOADS = {  # name: (preset, dataset)
     "cifar10-resnet18-dividemix": ("cifar10_dividemix.yaml", "cifar10"),
 }
 DEFAULT_WORKLOADS = ["cifar10-resnet18", "cifar100-resnet32", "mnist-lenet5"]
+TRUE_T = ["--config", str(REPO / "configs" / "protocol" / "true_t.yaml")]
+"""The true T of the synthetic noise and no warm-up (a method with a transition-matrix option)."""
 OWN_STAGE = {  # preset: options that make every step one of the method's own stage
+    "cifar10_forward_vrnl.yaml": TRUE_T,
+    "mnist_forward_vrnl.yaml": TRUE_T,
+    "cifar100_volmin_vrnl.yaml": [],  # T is learned with the classifier from the first step
     "cifar10_dividemix.yaml": ["--model.schedule.warmup_epochs", "0", "--model.alpha", "0.0"],
 }
-"""Presets timed without ``protocol/true_t.yaml`` (methods without a transition matrix), and
-without a plain-loop row (no hand-written step of theirs). DivideMix: its MixMatch step from the
-first one (two networks, two views; the epoch's pass over the training set comes before the
-first step and counts in its time), without VRNL (see the module docstring)."""
+"""Each workload's options for timing steady-state steps of its method's own stage. DivideMix:
+its MixMatch step from the first one (two networks, two views; the epoch's pass over the training
+set comes before the first step and counts in its time), without VRNL (see the module
+docstring)."""
+PLAIN_LOOP = {"cifar10_forward_vrnl.yaml", "mnist_forward_vrnl.yaml", "cifar100_volmin_vrnl.yaml"}
+"""Presets with a hand-written twin (:func:`plain_loop`): Forward-VRNL and VolMinNet-VRNL."""
 REAL_FILE = {
     "cifar10": "cifar-10-batches-py/data_batch_1",
     "cifar100": "cifar-100-python/train",
@@ -198,11 +205,9 @@ def fast(mode: str, device: torch.device) -> list[str]:
 
 def app_args(preset: str, data_dir: str, root: str, args: argparse.Namespace) -> list[str]:
     steps = args.warmup_steps + args.steps + 2 * args.sync_steps
-    own = OWN_STAGE.get(preset)
-    true_t = ["--config", str(REPO / "configs" / "protocol" / "true_t.yaml")]  # no warm-up
     return [
         *("fit", "--config", str(REPO / "configs" / preset), "--data.data_dir", data_dir),
-        *(true_t if own is None else own),
+        *OWN_STAGE[preset],
         *("--trainer.accelerator", args.device, "--trainer.max_steps", str(steps)),
         *("--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0"),
         *("--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"),
@@ -260,7 +265,7 @@ def instantiate(preset: str, data_dir: str) -> tuple[NoisyLabelMethod, NoisyData
     """The preset's method and data module, as ``noisylabels fit`` would build them."""
     cli = make_cli(
         ["--config", str(REPO / "configs" / preset), "--data.data_dir", data_dir]
-        + ["--config", str(REPO / "configs" / "protocol" / "true_t.yaml")],
+        + OWN_STAGE[preset],
         run=False,
         save_config_callback=None,
     )
@@ -438,7 +443,7 @@ def main(argv: list[str] | None = None) -> None:
         preset, data = WORKLOADS[workload][0], dirs[WORKLOADS[workload][1]]
         plan = [("app, speed options off", OFF, 0), ("app as shipped", [], args.sync_steps)]
         plan += [(f"app, compile {mode}", fast(mode, device), 0) for mode in modes]
-        if preset not in OWN_STAGE:
+        if preset in PLAIN_LOOP:
             plan += [("plain eager loop", None, 0)]
         rows: dict[str, dict[str, Any]] = {}
         for _ in range(args.repeats):  # rounds: every row sees the machine's load alike

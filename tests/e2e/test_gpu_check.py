@@ -4,6 +4,7 @@ check (the fake CIFAR-10 it writes, how it compares a compiled run with its eage
 
 from __future__ import annotations
 
+import json
 import runpy
 import shlex
 import shutil
@@ -114,3 +115,31 @@ def test_the_table_has_one_row_per_step() -> None:
         "| toolchain | pass | 12 | ok |",
         "| mnist | skip | 0 | no MNIST / here |",
     ]
+
+
+@pytest.mark.slow
+def test_every_throughput_workload_trains_on_the_cpu(tmp_path: Path) -> None:
+    """Every workload of ``gpu_throughput.py`` (its preset with its own-stage options, its plain
+    loop where it has one) trains a few steps on the CPU with tiny sizes, each row without an
+    error: the options the benchmark gives a preset are options its method takes (the GPU check
+    once lost its throughput step to one it did not)."""
+    import gpu_throughput
+
+    out = tmp_path / "throughput.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_throughput.py"), "--device", "cpu",
+         "--fake-data", "--fake-size", "1500", "--only", *gpu_throughput.WORKLOADS,
+         "--batch-size", "8", "--warmup-steps", "1", "--steps", "2", "--blocks", "1",
+         "--sync-steps", "0", "--compile-modes", "--parallel", "", "--threads", "1",
+         "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert list(figures) == list(gpu_throughput.WORKLOADS)
+    for workload, rows in figures.items():
+        preset = gpu_throughput.WORKLOADS[workload][0]
+        assert ("plain eager loop" in rows) == (preset in gpu_throughput.PLAIN_LOOP)
+        for row, result in rows.items():
+            assert result["error"] is None, (workload, row, result["error"])
+            assert result["images_per_s"] > 0, (workload, row)
