@@ -50,7 +50,7 @@ def _model(cls: type[NoisyLabelMethod], compile: bool | str, **kwargs: Any) -> N
         network={"backbone": "mlp"},
         num_classes=10,
         input_shape=SHAPE,
-        alpha=0.1,
+        alpha=kwargs.pop("alpha", 0.1),
         speed={"compile": compile, "compile_backend": "aot_eager", **kwargs.pop("speed", {})},
         **kwargs,
     )
@@ -218,13 +218,17 @@ def test_hook_name_is_set_without_module_bookkeeping(monkeypatch: pytest.MonkeyP
 
 
 def test_auto_resolves_by_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``auto`` compiles nowhere until the GPU check has passed on a GPU (then: CUDA graphs on
-    CUDA); ``true`` compiles, with CUDA graphs on CUDA."""
+    """``auto`` compiles with CUDA graphs on one CUDA device without gradient accumulation (the
+    mode ``true`` gives there) and nowhere else: not on the CPU, not under DDP, not with
+    accumulation, and nowhere while the GPU check has not passed; ``true`` compiles, with CUDA
+    graphs on CUDA."""
+    assert resolve_compile("auto", CUDA) == resolve_compile(True, CUDA) == "reduce-overhead"
     assert resolve_compile("auto", CPU) is None
+    assert resolve_compile("auto", CUDA, world_size=2) is None
+    assert resolve_compile("auto", CUDA, accumulate=4) is None
+    assert resolve_compile(True, CUDA, world_size=2, accumulate=4) == "reduce-overhead"
+    monkeypatch.setattr(acceleration, "AUTO_COMPILES_ON_CUDA", False)
     assert resolve_compile("auto", CUDA) is None
-    monkeypatch.setattr(acceleration, "AUTO_COMPILES_ON_CUDA", True)
-    assert resolve_compile("auto", CUDA) == "reduce-overhead"
-    assert resolve_compile("auto", CPU) is None
     assert resolve_compile(True, CUDA) == "reduce-overhead"
     assert resolve_compile(True, CPU) == "default"
     assert resolve_compile(False, CUDA) is None
@@ -234,6 +238,30 @@ def test_auto_resolves_by_device(monkeypatch: pytest.MonkeyPatch) -> None:
     model.resolve_acceleration(CPU)
     assert model.speed.mode is None and not model.speed.channels_last
     assert model.net._compiled_call_impl is None
+
+
+def test_setup_resolves_auto_with_the_runs_processes_and_accumulation(monkeypatch) -> None:
+    """The method's ``setup`` hands the trainer's world size and gradient accumulation to the
+    resolution (so ``auto`` on a GPU with ``accumulate_grad_batches 2`` runs eagerly instead of
+    refusing the accumulation that CUDA graphs cannot hold)."""
+    seen = []
+    resolve = acceleration.Acceleration.resolve
+
+    def recording(self, device, *args, world_size=1, accumulate=1):
+        seen.append((device.type, world_size, accumulate))
+        return resolve(self, device, *args, world_size=world_size, accumulate=accumulate)
+
+    monkeypatch.setattr(acceleration.Acceleration, "resolve", recording)
+    model = _model(CE, "auto", alpha=0.0)  # VRNL refuses accumulation
+    trainer = tiny_trainer(
+        max_epochs=1, limit_train_batches=2, limit_val_batches=0, accumulate_grad_batches=2
+    )
+    trainer.fit(model, DigitsDataModule(noise_rate=0.2, batch_size=16))
+    assert seen == [("cpu", 1, 2)]
+    speed = acceleration.Acceleration("auto", "inductor", "auto")
+    speed.resolve(CUDA, [], lambda x: x, False, "Probe", accumulate=2)
+    assert speed.mode is None and not speed.cudagraphs
+    speed.check_accumulation(2)  # accepted: auto did not turn CUDA graphs on
 
 
 @pytest.mark.parametrize(

@@ -14,12 +14,13 @@ stage change that changes it compiles once more, never turning it into a host te
 the smaller last batch of an epoch gets a graph of its own instead of switching every later batch
 to symbolic shapes.
 
-``auto`` settings resolve by device: channels-last on CUDA; compiling stays off on every device
-until ``make gpu-check`` has passed on a GPU (:data:`AUTO_COMPILES_ON_CUDA`; ``compile: true``
-compiles, with CUDA graphs on CUDA). Under CUDA graphs the outputs of one step are overwritten by
-the next replay, so whatever a step keeps beyond itself (its
-:class:`~noisylabels.methods.core.step.StepOutput` records, which callbacks hold for the whole
-epoch) is copied out with :meth:`Acceleration.keep`.
+``auto`` settings resolve by device: channels-last on CUDA; compiling with CUDA graphs on one
+CUDA device (:data:`AUTO_COMPILES_ON_CUDA`: ``make gpu-check`` has passed on a GPU), eager on the
+CPU, under DDP (compiled collectives have not run on several GPUs) and with gradient
+accumulation (which CUDA graphs cannot hold); ``compile: true`` compiles everywhere. Under CUDA
+graphs the outputs of one step are overwritten by the next replay, so whatever a step keeps
+beyond itself (its :class:`~noisylabels.methods.core.step.StepOutput` records, which callbacks
+hold for the whole epoch) is copied out with :meth:`Acceleration.keep`.
 
 A speed option never kills a run: every compiled callable is guarded. If a compiled call raises
 (compiling or capturing failed, the recompile limit was hit) and the same call succeeds eagerly,
@@ -57,9 +58,9 @@ CUDAGRAPH_BACKEND = "cudagraphs"
 CUDA_MODE = "reduce-overhead"
 """The mode ``compile: true`` uses on CUDA."""
 AUTO = "auto"
-AUTO_COMPILES_ON_CUDA = False
-"""Whether ``compile: auto`` compiles (with :data:`CUDA_MODE`) on CUDA. Off until a run of
-``make gpu-check`` on a GPU has passed: a default must have run where it is the default."""
+AUTO_COMPILES_ON_CUDA = True
+"""Whether ``compile: auto`` compiles (with :data:`CUDA_MODE`) on one CUDA device: on since
+``make gpu-check`` passed on an NVIDIA H200 (torch 2.11), docs/speed.md#the-gpu-check."""
 RECOMPILE_LIMIT = 16
 """Graphs per compiled function a run may make (train/evaluation x full/last batch size x
 stage, each at most once): Dynamo's own default (8) is just reached by a two-stage method.
@@ -70,16 +71,20 @@ GRAPH_BREAK_LIMIT = 16
 project's own functions have none."""
 
 
-def resolve_compile(value: bool | str, device: torch.device) -> str | None:
+def resolve_compile(
+    value: bool | str, device: torch.device, world_size: int = 1, accumulate: int = 1
+) -> str | None:
     """The compile mode of option value ``value`` on ``device``, or ``None`` (eager).
 
-    ``auto``: eager (on CUDA :data:`CUDA_MODE` once :data:`AUTO_COMPILES_ON_CUDA`); ``true``:
-    :data:`CUDA_MODE` on CUDA, ``default`` elsewhere; ``false``: eager; a mode of
+    ``auto``: :data:`CUDA_MODE` on CUDA (while :data:`AUTO_COMPILES_ON_CUDA`) in a run of one
+    process (``world_size``) without gradient accumulation (``accumulate``), else eager;
+    ``true``: :data:`CUDA_MODE` on CUDA, ``default`` elsewhere; ``false``: eager; a mode of
     :data:`COMPILE_MODES`: that mode."""
     if value is False:
         return None
     if value == AUTO:
-        return CUDA_MODE if AUTO_COMPILES_ON_CUDA and device.type == "cuda" else None
+        single = world_size == 1 and accumulate == 1
+        return CUDA_MODE if AUTO_COMPILES_ON_CUDA and device.type == "cuda" and single else None
     if value is True:
         return CUDA_MODE if device.type == "cuda" else "default"
     return str(value)
@@ -96,9 +101,9 @@ class SpeedOptions:
 
     Attributes:
         compile: ``torch.compile`` the networks, the per-sample loss and the VRNL arithmetic:
-            ``auto`` (eager until the GPU check has passed on a GPU), ``true`` (with CUDA
-            graphs on CUDA), ``false``, or a mode (``default``, ``reduce-overhead``, ...); a
-            failed compile warns and runs eagerly.
+            ``auto`` (with CUDA graphs on one CUDA device without gradient accumulation, else
+            eager), ``true`` (with CUDA graphs on CUDA), ``false``, or a mode (``default``,
+            ``reduce-overhead``, ...); a failed compile warns and runs eagerly.
         compile_backend: ``torch.compile`` backend: ``inductor``, ``aot_eager`` (compiles in
             seconds, no code generated: to check a method), ``cudagraphs`` (CUDA only), ...
         channels_last: run convolutional backbones in channels-last memory format; ``auto``:
@@ -207,16 +212,25 @@ class Acceleration:
         stage_loss: Callable[..., Tensor],
         collective: bool,
         name: str,
+        world_size: int = 1,
+        accumulate: int = 1,
     ) -> Callable[..., Tensor]:
-        """Resolve ``auto`` for ``device`` and compile: the ``networks`` (in place), the
-        stage's per-sample loss ``stage_loss`` (returned, compiled or as it is), and the VRNL
+        """Resolve ``auto`` for ``device``, the run's processes (``world_size``) and gradient
+        accumulation (``accumulate``), and compile: the ``networks`` (in place), the stage's
+        per-sample loss ``stage_loss`` (returned, compiled or as it is), and the VRNL
         arithmetic (:attr:`vrnl_fn`) unless a global variance needs a collective mid-objective
         (``collective``). Runs once; later calls return ``stage_loss`` unchanged."""
         if self.resolved:
             return stage_loss
         self.name = name
         self.channels_last = resolve_channels_last(self.channels_last_option, device)
-        mode = resolve_compile(self.compile, device)
+        mode = resolve_compile(self.compile, device, world_size, accumulate)
+        if self.compile == AUTO and device.type == "cuda" and mode is None:
+            why = "DDP" if world_size > 1 else "gradient accumulation"
+            rank_zero_info(
+                f"{name}: --model.speed.compile auto runs eagerly under {why} "
+                f"({OPTION}compile true compiles)"
+            )
         if mode is not None:
             cudagraphs = self.backend == CUDAGRAPH_BACKEND or (
                 self.backend == "inductor" and mode in CUDAGRAPH_MODES

@@ -314,11 +314,20 @@ class NoisyLabelMethod(StagedModule):
     def network_input(self, images: Tensor) -> Tensor:
         return self.speed.network_input(images)
 
-    def resolve_acceleration(self, device: torch.device, world_size: int = 1) -> None:
-        """Resolve the speed options for ``device`` and compile what they ask (once)."""
+    def resolve_acceleration(
+        self, device: torch.device, world_size: int = 1, accumulate: int = 1
+    ) -> None:
+        """Resolve the speed options for ``device``, ``world_size`` processes and gradient
+        accumulation over ``accumulate`` batches, and compile what they ask (once)."""
         collective = world_size > 1 and self.variance_scope == "global"
         self.stage_loss_fn = self.speed.resolve(
-            device, self.networks, self.stage_loss, collective, type(self).__name__
+            device,
+            self.networks,
+            self.stage_loss,
+            collective,
+            type(self).__name__,
+            world_size=world_size,
+            accumulate=accumulate,
         )
 
     # ---------------------------------------------------------------- Lightning
@@ -341,13 +350,13 @@ class NoisyLabelMethod(StagedModule):
         strategy = getattr(self.trainer, "strategy", None)  # none: the module's own device
         device = self.device if strategy is None else strategy.root_device
         world_size = getattr(self.trainer, "world_size", 1)
-        self.resolve_acceleration(device, world_size)
+        accumulate = getattr(self.trainer, "accumulate_grad_batches", 1)
+        self.resolve_acceleration(device, world_size, accumulate)
         if stage == "fit":
             self.check_stages_fit()
             self.check_options_used()
             self.check_views()
             self.check_variance_samples(world_size)
-            accumulate = getattr(self.trainer, "accumulate_grad_batches", 1)
             self.speed.check_accumulation(accumulate)
             self.check_variance_accumulation(accumulate)
 
