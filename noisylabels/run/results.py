@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,9 +98,36 @@ def build_results(
             model.t_estimation_error() if isinstance(model, NoisyLabelMethod) else None
         ),
         "wall_time_s": wall_time_s,
+        "execution": execution(trainer, model),
         "checkpoint": path,
         "resumed": resume_history(trainer) if resumed is None else resumed,
         "provenance": provenance(model, datamodule, config, command, inputs),
+    }
+
+
+def execution(trainer: L.Trainer, model: L.LightningModule) -> dict[str, Any]:
+    """How the run's arithmetic was executed, which ``auto`` settings leave to the machine: the
+    ``device`` type and ``device_name`` (the GPU's, or the CPU's architecture), the processes
+    (``world_size``), the ``precision`` (``auto`` gives ``bf16-mixed`` on a GPU with bf16), the
+    compile ``mode`` in force at the end (``null``: eager), whether steps ran as CUDA graphs, why
+    compiling was given up mid-run (``compile_fallback``, ``null`` if it was not), and
+    channels-last. The same command on another machine can run in other arithmetic: this says
+    in which."""
+    strategy = getattr(trainer, "strategy", None)
+    device = strategy.root_device if strategy is not None else torch.device("cpu")
+    name = platform.machine() or "unknown"
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    speed = getattr(model, "speed", None)
+    return {
+        "device": device.type,
+        "device_name": name,
+        "world_size": int(getattr(trainer, "world_size", 1)),
+        "precision": str(trainer.precision),
+        "compile_mode": getattr(speed, "mode", None),
+        "cuda_graphs": bool(getattr(speed, "cudagraphs", False)),
+        "compile_fallback": getattr(speed, "failure", None),
+        "channels_last": bool(getattr(speed, "channels_last", False)),
     }
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import platform
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning
 import pytest
@@ -13,7 +15,9 @@ import torch
 
 import noisylabels
 from noisylabels.data import DigitsDataModule
+from noisylabels.methods import CE
 from noisylabels.run.provenance import config_sha256, git_state, labels_sha256, provenance
+from noisylabels.run.results import execution
 
 from conftest import CONFIGS, REPO, read_results
 
@@ -87,3 +91,33 @@ def test_labels_hash_follows_the_noise() -> None:
     from_python = provenance(None, a)  # without a CLI config: the hyperparameters' hash
     assert from_python["noisy_labels_sha256"] == labels_sha256(a)
     assert from_python["config_sha256"] == provenance(None, DigitsDataModule())["config_sha256"]
+
+
+def test_a_run_records_how_its_arithmetic_was_executed(run_cli, tmp_path: Path) -> None:
+    """``execution`` says what the machine-dependent (``auto``) settings resolved to: a CPU run of
+    the quickstart is eager float32 in one process; a run whose compiling was given up mid-run
+    says so and why (its mode is then eager)."""
+    run_cli("fit", "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.max_epochs", "1",
+            "--trainer.limit_train_batches", "2")  # fmt: skip
+    record = read_results(tmp_path)["execution"]
+    assert record == {
+        "device": "cpu",
+        "device_name": platform.machine() or "unknown",
+        "world_size": 1,
+        "precision": "32-true",
+        "compile_mode": None,
+        "cuda_graphs": False,
+        "compile_fallback": None,
+        "channels_last": False,
+    }
+    model = CE(network={"backbone": "mlp"}, input_shape=(1, 8, 8),
+               speed={"compile": True, "compile_backend": "aot_eager"})  # fmt: skip
+    model.resolve_acceleration(torch.device("cpu"))
+    trainer = SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device("cpu")), world_size=1, precision="32-true"
+    )
+    assert execution(trainer, model)["compile_mode"] == "default"
+    with pytest.warns(UserWarning, match="continues eagerly"):
+        model.speed.fall_back("a capture error")
+    after = execution(trainer, model)
+    assert after["compile_mode"] is None and after["compile_fallback"] == "a capture error"
