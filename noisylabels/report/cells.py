@@ -48,6 +48,9 @@ class Cell:
     labels: dict[Any, str | None] = field(default_factory=dict)
     """seed -> the SHA-256 of the noisy training labels its run trained on (``None``: not
     recorded): two cells pair a seed only where its runs trained on the same labels."""
+    precisions: dict[Any, str | None] = field(default_factory=dict)
+    """seed -> the precision its run's arithmetic ran in (``execution.precision``; ``None``: not
+    recorded): ``auto`` gives ``bf16-mixed`` on a GPU and ``32-true`` on a CPU."""
 
     @property
     def n(self) -> int:
@@ -82,6 +85,28 @@ def labels_sha256(results: Mapping[str, Any]) -> str | None:
     provenance = results.get("provenance")
     value = provenance.get("noisy_labels_sha256") if isinstance(provenance, Mapping) else None
     return value if isinstance(value, str) and value else None
+
+
+def run_precision(results: Mapping[str, Any]) -> str | None:
+    """The precision a run's ``results.json`` records its arithmetic ran in, if any."""
+    execution = results.get("execution")
+    value = execution.get("precision") if isinstance(execution, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def mixed_precisions(*cells: Cell, seeds: Any = None) -> dict[Any, list[str]]:
+    """The recorded precisions of ``cells``' runs where they differ: over all the seeds of one
+    cell, or seed by seed (``seeds``: those to compare) between two cells. Keyed by seed (one
+    cell: the key ``None``, the precisions of all its seeds)."""
+    if seeds is None:
+        found = sorted({p for cell in cells for p in cell.precisions.values() if p})
+        return {None: found} if len(found) > 1 else {}
+    out = {}
+    for seed in sorted(seeds, key=str):
+        found = sorted({p for cell in cells if (p := cell.precisions.get(seed))})
+        if len(found) > 1:
+            out[seed] = found
+    return out
 
 
 def unpaired_seeds(a: Cell, b: Cell) -> list[Any]:
@@ -265,6 +290,7 @@ def group(
             )
         cell.values[record.seed] = 100.0 * float(record.metrics[metric])  # type: ignore[arg-type]
         cell.labels[record.seed] = labels_sha256(record.results)
+        cell.precisions[record.seed] = run_precision(record.results)
 
     def order(fields: Sequence[str]):
         return lambda key: [sort_key(f, v) for f, v in zip(fields, key, strict=True)]

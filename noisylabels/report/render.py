@@ -24,6 +24,7 @@ from noisylabels.report.cells import (
     Grouped,
     Paired,
     Screened,
+    mixed_precisions,
     paired_difference,
     screen,
     sort_key,
@@ -107,6 +108,7 @@ def side_by_side(
         header += [f"{_label(col)} ({name})" for name in names] if names else [_label(col)]
         header += ["paper"] if paper is not None else []
     out = Table(title, header, [])
+    mixed = []
     for i, row in enumerate(row_keys):
         line = [DASH if v is None else str(v) for v in row]
         for col in col_keys:
@@ -115,6 +117,13 @@ def side_by_side(
                 if cell is not None and g.is_best(row, col):
                     out.bold.add((i, len(line)))
                 line.append(fmt_cell(cell))
+            cell = first.cell(row, col)
+            if cell is not None and (found := mixed_precisions(cell)):
+                mixed.append(
+                    f"{' '.join(line[: len(row)])} in {_label(col)}: its seeds ran in different "
+                    f"precisions ({', '.join(found[None])}), so its spread holds the "
+                    "arithmetic's too (results.json's execution)"
+                )
             if paper is not None:
                 line.append(fmt_paper(_paper_value(paper, first.fields(row, col))))
         out.rows.append(line)
@@ -122,6 +131,7 @@ def side_by_side(
         "test accuracy (%), mean ± std over seeds (n − 1), (n) seeds; bold: best of the cells "
         "that hold every seed of their column"
     )
+    out.notes += mixed
     return out
 
 
@@ -173,6 +183,13 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
         for col in g.col_keys:
             a, b = g.cell(vrnl_row, col), g.cell(base_row, col)
             apart = unpaired_seeds(a, b) if a and b else []
+            both = set(a.values) & set(b.values) - set(apart) if a and b else set()
+            for seed, found in mixed_precisions(a, b, seeds=both).items():
+                left_out.append(
+                    f"in {' '.join(label)} in {_label(col)}: seed {seed}'s two runs ran in "
+                    f"different precisions ({', '.join(found)}), so its difference holds the "
+                    "arithmetic's too (results.json's execution)"
+                )
             if apart:
                 left_out.append(
                     f"left out of {' '.join(label)} in {_label(col)}: seed(s) "

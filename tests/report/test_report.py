@@ -373,3 +373,27 @@ def test_a_seed_pairs_only_runs_trained_on_the_same_noisy_labels(tmp_path: Path,
         assert float(row["mean"]) == pytest.approx(sum(by_seed[s] for s in kept) / 2)
         markdown = report(tmp_path, "--paired")
         assert f"seed(s) {apart}, whose two runs trained on different noisy labels" in markdown
+
+
+@pytest.mark.parametrize("other", [None, 0, 2])
+def test_runs_in_other_precisions_are_named_in_the_cell_and_the_pair(tmp_path: Path, other) -> None:
+    """A cell whose seeds ran in different precisions (``execution.precision``: ``auto`` gives
+    bf16 on a GPU, float32 on a CPU) says so under the table, and so does a pair whose seed ran
+    in one precision for X and another for X-VRNL; runs that record no precision, or the same
+    one, add no such note."""
+    write_runs(tmp_path, RUNS[:6])
+    for file in tmp_path.rglob("results.json"):
+        results = json.loads(file.read_text())
+        vrnl = results["method"].endswith("-VRNL")
+        gpu = vrnl and results["seed"] == other
+        results["execution"] = {"precision": "bf16-mixed" if gpu else "32-true"}
+        file.write_text(json.dumps(results))
+    markdown = report(tmp_path, "--paired")
+    cell_note = "its seeds ran in different precisions (32-true, bf16-mixed)"
+    pair_note = f"seed {other}'s two runs ran in different precisions (32-true, bf16-mixed)"
+    if other is None:
+        assert "different precisions" not in markdown
+    else:
+        assert f"_Forward-VRNL in MNIST Sym-20%: {cell_note}" in markdown
+        assert f"_in Forward-VRNL − Forward in MNIST Sym-20%: {pair_note}" in markdown
+        assert markdown.count("different precisions") == 2
