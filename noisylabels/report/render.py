@@ -176,7 +176,7 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
     for col in g.col_keys:
         header += [_label(col)] + (["paper Δ"] if paper is not None else [])
     out = Table(title, header, [])
-    left_out = []
+    notes_below = []
     for vrnl_row, base_row in vrnl_pairs(g):
         label = pair_label(g, vrnl_row, base_row)
         line = list(label)
@@ -185,13 +185,13 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
             apart = unpaired_seeds(a, b) if a and b else []
             both = set(a.values) & set(b.values) - set(apart) if a and b else set()
             for seed, found in mixed_precisions(a, b, seeds=both).items():
-                left_out.append(
+                notes_below.append(
                     f"in {' '.join(label)} in {_label(col)}: seed {seed}'s two runs ran in "
                     f"different precisions ({', '.join(found)}), so its difference holds the "
                     "arithmetic's too (results.json's execution)"
                 )
             if apart:
-                left_out.append(
+                notes_below.append(
                     f"left out of {' '.join(label)} in {_label(col)}: seed(s) "
                     f"{', '.join(map(str, apart))}, whose two runs trained on different noisy "
                     "labels (noisy_labels_sha256), so are no pair"
@@ -209,7 +209,7 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
         "VRNL minus base in percentage points over the seeds both have: mean [95 % CI, t "
         "distribution], two-sided paired t-test p-value, (n) seeds"
     )
-    out.notes += left_out
+    out.notes += notes_below
     if not out.rows:
         out.notes.insert(0, "no pairs: no X-VRNL row has its X row (with the same other fields)")
     return out

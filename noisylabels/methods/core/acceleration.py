@@ -60,7 +60,7 @@ CUDA_MODE = "reduce-overhead"
 AUTO = "auto"
 AUTO_COMPILES_ON_CUDA = True
 """Whether ``compile: auto`` compiles (with :data:`CUDA_MODE`) on one CUDA device: on since
-``make gpu-check`` passed on an NVIDIA H200 (torch 2.11), docs/speed.md#the-gpu-check."""
+``make gpu-check`` passed on an NVIDIA H200 (torch 2.11), docs/speed.md, "GPU acceptance check"."""
 RECOMPILE_LIMIT = 16
 """Graphs per compiled function a run may make (train/evaluation x full/last batch size x
 stage, each at most once): Dynamo's own default (8) is just reached by a two-stage method.
