@@ -217,7 +217,7 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
 
 RUN_COLUMNS = (
     "seed", "selected epoch", "selected", "last epoch", "last 10 epochs", "T̂ from epoch",
-    "ε_T", "T̂ mean diagonal", "health",
+    "ε_T", "T̂ mean diagonal", "health", "executed",
 )  # fmt: skip
 """The columns of :func:`runs_table` after the run's fields."""
 
@@ -231,6 +231,20 @@ def _number(value: Any, digits: int = 3) -> str:
 def _percent(value: Any) -> str:
     """A fraction as a percentage with 2 decimals, else a dash."""
     return _number(100 * value if isinstance(value, int | float) else None, 2)
+
+
+def executed(results: Mapping[str, Any]) -> str:
+    """How a run's arithmetic ran (its ``execution``): device, precision, ``compiled`` or the
+    fall-back to eager; a dash where the run does not record it."""
+    execution = results.get("execution")
+    if not isinstance(execution, Mapping):
+        return DASH
+    words = [str(execution.get("device") or DASH), str(execution.get("precision") or DASH)]
+    if execution.get("compile_mode"):
+        words.append("compiled" + (" (CUDA graphs)" if execution.get("cuda_graphs") else ""))
+    if execution.get("compile_fallback"):
+        words.append("fell back to eager")
+    return " ".join(words)
 
 
 def run_row(record: Record) -> list[str]:
@@ -250,6 +264,7 @@ def run_row(record: Record) -> list[str]:
         _number(results.get("t_estimation_error")),
         _number(mean_diag),
         str(results.get("health", DASH)),
+        executed(results),
     ]
 
 

@@ -329,7 +329,10 @@ def test_runs_kind_lists_every_run_with_its_estimate(tmp_path: Path) -> None:
     first = root / "Forward-pair" / "seed-1" / "version_0" / "results.json"
     results = json.loads(first.read_text())
     results.update(best_epoch=7, estimation_epoch=18, t_estimation_error=0.5312,
-                   t_estimate={"diag": [0.5, 0.7]}, health="collapsed: at chance")  # fmt: skip
+                   t_estimate={"diag": [0.5, 0.7]}, health="collapsed: at chance",
+                   execution={"device": "cuda", "precision": "bf16-mixed",
+                              "compile_mode": "reduce-overhead", "cuda_graphs": True,
+                              "compile_fallback": None})  # fmt: skip
     first.write_text(json.dumps(results))
     out = report(root, "--kind", "runs", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
@@ -342,8 +345,9 @@ def test_runs_kind_lists_every_run_with_its_estimate(tmp_path: Path) -> None:
     assert row["selected"] == "91.00" and row["last epoch"] == "82.00"
     assert row["ε_T"] == "0.531" and row["T̂ mean diagonal"] == "0.600"
     assert row["health"] == "collapsed: at chance"  # listed, not left out
+    assert row["executed"] == "cuda bf16-mixed compiled (CUDA graphs)"
     other = next(r for r in rows if r["method"] == "VolMinNet")
-    assert other["ε_T"] == other["T̂ from epoch"] == "—"
+    assert other["ε_T"] == other["T̂ from epoch"] == other["executed"] == "—"
     markdown = report(root, "--kind", "runs")
     assert markdown.count("\n| Forward |") == 5 and "every run" in markdown
 
@@ -397,3 +401,14 @@ def test_runs_in_other_precisions_are_named_in_the_cell_and_the_pair(tmp_path: P
         assert f"_Forward-VRNL in MNIST Sym-20%: {cell_note}" in markdown
         assert f"_in Forward-VRNL − Forward in MNIST Sym-20%: {pair_note}" in markdown
         assert markdown.count("different precisions") == 2
+
+
+def test_the_executed_column_names_device_precision_compiling_and_a_fall_back() -> None:
+    from noisylabels.report.render import executed
+
+    cpu = {"device": "cpu", "precision": "32-true", "compile_mode": None}
+    assert executed({"execution": cpu}) == "cpu 32-true"
+    gave_up = {"device": "cuda", "precision": "bf16-mixed", "compile_mode": None,
+               "compile_fallback": "a capture error"}  # fmt: skip
+    assert executed({"execution": gave_up}) == "cuda bf16-mixed fell back to eager"
+    assert executed({}) == "—"
