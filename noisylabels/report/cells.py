@@ -80,18 +80,21 @@ class Paired:
     p: float | None
 
 
+def _recorded(results: Mapping[str, Any], block: str, key: str) -> str | None:
+    """The non-empty string ``results[block][key]`` of a run's ``results.json``, if any."""
+    section = results.get(block)
+    value = section.get(key) if isinstance(section, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
 def labels_sha256(results: Mapping[str, Any]) -> str | None:
     """The SHA-256 of the noisy training labels a run's ``results.json`` records, if any."""
-    provenance = results.get("provenance")
-    value = provenance.get("noisy_labels_sha256") if isinstance(provenance, Mapping) else None
-    return value if isinstance(value, str) and value else None
+    return _recorded(results, "provenance", "noisy_labels_sha256")
 
 
 def run_precision(results: Mapping[str, Any]) -> str | None:
     """The precision a run's ``results.json`` records its arithmetic ran in, if any."""
-    execution = results.get("execution")
-    value = execution.get("precision") if isinstance(execution, Mapping) else None
-    return value if isinstance(value, str) and value else None
+    return _recorded(results, "execution", "precision")
 
 
 def mixed_precisions(*cells: Cell, seeds: Any = None) -> dict[Any, list[str]]:
