@@ -233,18 +233,34 @@ def _percent(value: Any) -> str:
     return _number(100 * value if isinstance(value, int | float) else None, 2)
 
 
-def executed(results: Mapping[str, Any]) -> str:
-    """How a run's arithmetic ran (its ``execution``): device, precision, ``compiled`` or the
-    fall-back to eager; a dash where the run does not record it."""
-    execution = results.get("execution")
+def _executed(execution: Any) -> str | None:
+    """One part's ``execution`` in words: device, precision, ``compiled`` or the fall-back."""
     if not isinstance(execution, Mapping):
-        return DASH
+        return None
     words = [str(execution.get("device") or DASH), str(execution.get("precision") or DASH)]
     if execution.get("compile_mode"):
         words.append("compiled" + (" (CUDA graphs)" if execution.get("cuda_graphs") else ""))
     if execution.get("compile_fallback"):
         words.append("fell back to eager")
     return " ".join(words)
+
+
+def executed(results: Mapping[str, Any]) -> str:
+    """How a run's arithmetic ran (its ``execution``, and that of each earlier part of a resumed
+    run where it differs from the part before): device, precision, ``compiled`` or the
+    fall-back to eager, the parts joined by "then"; a dash where the run does not record it."""
+    resumed = results.get("resumed")
+    parts = (
+        [r.get("part") for r in resumed if isinstance(r, Mapping)]
+        if isinstance(resumed, list)
+        else []
+    )
+    shown: list[str] = []
+    for part in [*parts, {"execution": results.get("execution")}]:
+        words = _executed(part.get("execution")) if isinstance(part, Mapping) else None
+        if words and (not shown or shown[-1] != words):
+            shown.append(words)
+    return " then ".join(shown) if shown else DASH
 
 
 def run_row(record: Record) -> list[str]:

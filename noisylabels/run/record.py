@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from noisylabels.run.artifacts import (
     transition_estimate,
 )
 from noisylabels.run.defaults import CONFIG_FILE, add_config_text, python_config_text
+from noisylabels.run.execution import execution
 from noisylabels.run.rng import rng_state, set_rng_state
 from noisylabels.run.rules import (
     CHECKPOINTS,
@@ -121,6 +123,7 @@ class RunRecorder(Checkpoint):
         self.options: dict[str, Any] = {}
         self.inputs: dict[str, str] = {}
         self.resumes: list[dict[str, Any]] = list(resume_from.resumes) if resume_from else []
+        self.started = time.perf_counter()  # this part of the run (a resume starts another)
         self.folder: Path | None = None
         self.in_place = False
         self.fit_done = False
@@ -230,6 +233,8 @@ class RunRecorder(Checkpoint):
                 "from": str(self.resume_from.path),
                 "epochs_done": self.resume_from.epochs_done,
                 "changed": changed,
+                # the part that wrote the checkpoint: its seconds until then, how it executed
+                "part": self._loaded.get("part"),
             }
         )
         if "rng" in self._loaded:
@@ -279,6 +284,12 @@ class RunRecorder(Checkpoint):
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
+        state = checkpoint.get("callbacks", {}).get(self.state_key)
+        if state is not None:  # what a resume from this checkpoint records of this part
+            state["part"] = {
+                "seconds": time.perf_counter() - self.started,
+                "execution": execution(trainer, pl_module),
+            }
         if self._epoch_end:
             # saved from on_train_epoch_end, before Lightning marks the epoch completed: mark it
             # here, so that the resumed run starts cleanly with the next epoch

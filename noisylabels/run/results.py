@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import torch
 from noisylabels.callbacks import TailTest
 from noisylabels.data import NoisyDataModule
 from noisylabels.methods import NoisyLabelMethod
+from noisylabels.run.execution import execution
 from noisylabels.run.provenance import provenance
 from noisylabels.run.record import resume_history
 
@@ -72,6 +72,7 @@ def build_results(
     hp = dict(getattr(model, "hparams", {}))
     ours = isinstance(datamodule, NoisyDataModule)
     tail = tail_summary(trainer) if tail is None else tail
+    resumed = resume_history(trainer) if resumed is None else resumed
     return {
         "method": getattr(model, "method_name", type(model).__name__),
         "alpha": hp.get("alpha"),
@@ -98,37 +99,23 @@ def build_results(
             model.t_estimation_error() if isinstance(model, NoisyLabelMethod) else None
         ),
         "wall_time_s": wall_time_s,
+        "wall_time_total_s": total_wall_time(wall_time_s, resumed),
         "execution": execution(trainer, model),
         "checkpoint": path,
-        "resumed": resume_history(trainer) if resumed is None else resumed,
+        "resumed": resumed,
         "provenance": provenance(model, datamodule, config, command, inputs),
     }
 
 
-def execution(trainer: L.Trainer, model: L.LightningModule) -> dict[str, Any]:
-    """How the run's arithmetic was executed, which ``auto`` settings leave to the machine: the
-    ``device`` type and ``device_name`` (the GPU's, or the CPU's architecture), the processes
-    (``world_size``), the ``precision`` (``auto`` gives ``bf16-mixed`` on a GPU with bf16), the
-    compile ``mode`` in force at the end (``null``: eager), whether steps ran as CUDA graphs, why
-    compiling was given up mid-run (``compile_fallback``, ``null`` if it was not), and
-    channels-last. The same command on another machine can run in other arithmetic: this says
-    in which."""
-    strategy = getattr(trainer, "strategy", None)
-    device = strategy.root_device if strategy is not None else torch.device("cpu")
-    name = platform.machine() or "unknown"
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    speed = getattr(model, "speed", None)
-    return {
-        "device": device.type,
-        "device_name": name,
-        "world_size": int(getattr(trainer, "world_size", 1)),
-        "precision": str(trainer.precision),
-        "compile_mode": getattr(speed, "mode", None),
-        "cuda_graphs": bool(getattr(speed, "cudagraphs", False)),
-        "compile_fallback": getattr(speed, "failure", None),
-        "channels_last": bool(getattr(speed, "channels_last", False)),
-    }
+def total_wall_time(wall_time_s: float, resumed: Sequence[Mapping[str, Any]]) -> float | None:
+    """The seconds of every part of a run: this part's ``wall_time_s`` and, for each resume, the
+    seconds the part before it ran until it wrote the checkpoint resumed from (work it did after
+    that checkpoint was redone, and is not counted); ``None`` where a part did not record its
+    time (a checkpoint written before runs recorded their parts)."""
+    seconds = [(r.get("part") or {}).get("seconds") for r in resumed]
+    if not all(isinstance(s, int | float) for s in seconds):
+        return None
+    return wall_time_s + sum(seconds)
 
 
 def tail_summary(trainer: L.Trainer) -> dict[str, Any] | None:

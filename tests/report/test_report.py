@@ -412,3 +412,11 @@ def test_the_executed_column_names_device_precision_compiling_and_a_fall_back() 
                "compile_fallback": "a capture error"}  # fmt: skip
     assert executed({"execution": gave_up}) == "cuda bf16-mixed fell back to eager"
     assert executed({}) == "—"
+    # a resumed run: each part where it differs from the part before, in order
+    gpu = {"device": "cuda", "precision": "32-true", "compile_mode": "reduce-overhead",
+           "cuda_graphs": True}  # fmt: skip
+    parts = [{"part": {"execution": gpu}}, {"part": {"execution": gpu}}, {"part": None}]
+    assert executed({"execution": cpu, "resumed": parts}) == (
+        "cuda 32-true compiled (CUDA graphs) then cpu 32-true"
+    )
+    assert executed({"execution": cpu, "resumed": [{"part": {"execution": cpu}}]}) == "cpu 32-true"

@@ -16,8 +16,8 @@ import torch
 import noisylabels
 from noisylabels.data import DigitsDataModule
 from noisylabels.methods import CE
+from noisylabels.run.execution import execution
 from noisylabels.run.provenance import config_sha256, git_state, labels_sha256, provenance
-from noisylabels.run.results import execution
 
 from conftest import CONFIGS, REPO, read_results
 
@@ -121,3 +121,33 @@ def test_a_run_records_how_its_arithmetic_was_executed(run_cli, tmp_path: Path) 
         model.speed.fall_back("a capture error")
     after = execution(trainer, model)
     assert after["compile_mode"] is None and after["compile_fallback"] == "a capture error"
+
+
+def test_every_part_of_a_continued_run_is_recorded(run_cli, tmp_path: Path) -> None:
+    """A run continued twice, its middle part compiled: each ``resumed`` entry records the part
+    before it (its seconds until the checkpoint continued from, and how it executed), the last
+    part is ``execution``, ``wall_time_total_s`` adds the parts, and ``report --kind runs``
+    names each way it ran."""
+    from noisylabels.report.render import executed
+
+    quick = ["--config", str(CONFIGS / "quickstart.yaml"), "--trainer.limit_train_batches", "2"]
+    compiled = ["--model.speed.compile", "true", "--model.speed.compile_backend", "aot_eager"]
+    roots = [tmp_path / name for name in ("first", "second", "third")]
+    run_cli("fit", *quick, "--trainer.max_epochs", "1", root=roots[0])
+    for before, root, epochs, extra in ((roots[0], roots[1], "2", compiled),
+                                         (roots[1], roots[2], "3", [])):  # fmt: skip
+        last = next(before.rglob("last.ckpt"))
+        run_cli("fit", *quick, *extra, "--trainer.max_epochs", epochs, "--ckpt_path", str(last),
+                root=root)  # fmt: skip
+    runs = [read_results(root) for root in roots]
+    parts = [entry["part"] for entry in runs[2]["resumed"]]
+    assert [p["execution"]["compile_mode"] for p in parts] == [None, "default"]
+    assert runs[2]["execution"]["compile_mode"] is None
+    assert runs[1]["resumed"][0]["part"] == parts[0]  # a part's record travels with the run
+    for part, run in zip(parts, runs, strict=False):
+        # until the part's last checkpoint, which its test and results came after
+        assert 0 < part["seconds"] < run["wall_time_s"]
+    assert runs[0]["wall_time_total_s"] == runs[0]["wall_time_s"]
+    total = runs[2]["wall_time_s"] + sum(p["seconds"] for p in parts)
+    assert runs[2]["wall_time_total_s"] == pytest.approx(total)
+    assert executed(runs[2]) == "cpu 32-true then cpu 32-true compiled then cpu 32-true"
