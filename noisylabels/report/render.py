@@ -217,7 +217,7 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
 
 RUN_COLUMNS = (
     "seed", "selected epoch", "selected", "last epoch", "last 10 epochs", "T̂ from epoch",
-    "ε_T", "T̂ mean diagonal", "health", "executed",
+    "ε_T", "T̂ mean diagonal", "health", "executed", "hours",
 )  # fmt: skip
 """The columns of :func:`runs_table` after the run's fields."""
 
@@ -263,6 +263,24 @@ def executed(results: Mapping[str, Any]) -> str:
     return " then ".join(shown) if shown else DASH
 
 
+def run_hours(results: Mapping[str, Any]) -> tuple[float | None, bool]:
+    """``(hours, complete)`` a run took over all its parts (``wall_time_total_s``); for a run
+    that does not record it, its ``wall_time_s``: complete where it was never resumed, else a
+    lower bound (its last part's); ``(None, False)`` without either."""
+    total = results.get("wall_time_total_s")
+    if isinstance(total, int | float) and math.isfinite(total):
+        return total / 3600, True
+    last = results.get("wall_time_s")
+    if not (isinstance(last, int | float) and math.isfinite(last)):
+        return None, False
+    return last / 3600, not results.get("resumed")
+
+
+def _hours(results: Mapping[str, Any]) -> str:
+    hours, complete = run_hours(results)
+    return DASH if hours is None else ("" if complete else "≥ ") + f"{hours:.2f}"
+
+
 def run_row(record: Record) -> list[str]:
     """The :data:`RUN_COLUMNS` of one run, from its ``results.json`` (accuracies in %)."""
     results = record.results
@@ -281,6 +299,7 @@ def run_row(record: Record) -> list[str]:
         _number(mean_diag),
         str(results.get("health", DASH)),
         executed(results),
+        _hours(results),
     ]
 
 
@@ -292,9 +311,14 @@ def runs_table(records: Sequence[Record], fields: Sequence[str], title: str) -> 
         return (*(str(record.get(f)) for f in fields), str(record.seed))
 
     rows = [[str(r.get(f)) for f in fields] + run_row(r) for r in sorted(records, key=order)]
+    spent = [run_hours(r.results) for r in records]
+    total = sum(h for h, _ in spent if h is not None)
+    bound = "at least " if not all(h is not None and done for h, done in spent) else ""
     notes = [
         "accuracies in %; selected: the checkpoint of the best noisy-validation accuracy; "
-        "epochs from 0; ε_T and T̂ of runs that estimate or learn T"
+        "epochs from 0; ε_T and T̂ of runs that estimate or learn T",
+        f"hours: wall-clock time of every part of the run (≥: a resumed run that recorded its "
+        f"last part only); {bound}{total:.2f} hours in all",
     ]
     return Table(title, [*fields, *RUN_COLUMNS], rows, notes=notes)
 

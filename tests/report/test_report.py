@@ -420,3 +420,29 @@ def test_the_executed_column_names_device_precision_compiling_and_a_fall_back() 
         "cuda 32-true compiled (CUDA graphs) then cpu 32-true"
     )
     assert executed({"execution": cpu, "resumed": [{"part": {"execution": cpu}}]}) == "cpu 32-true"
+
+
+@pytest.mark.parametrize("resumed_without_total", [False, True])
+def test_runs_kind_adds_up_the_hours_and_says_when_they_are_a_lower_bound(
+    tmp_path: Path, resumed_without_total: bool
+) -> None:
+    """``--kind runs``' hours: ``wall_time_total_s`` where recorded, else ``wall_time_s``,
+    which for a resumed run is its last part only: marked ``≥`` there, and the total under the
+    table is then "at least"."""
+    root = write_runs(tmp_path)
+    files = sorted(root.rglob("results.json"))
+    for i, path in enumerate(files):
+        results = json.loads(path.read_text())
+        results.update(wall_time_s=1800.0, wall_time_total_s=3600.0 * (i + 1), resumed=[{}])
+        if i == 0 and resumed_without_total:
+            del results["wall_time_total_s"]  # a run from before the parts were recorded
+        path.write_text(json.dumps(results))
+    rows = list(csv.DictReader(io.StringIO(report(root, "--kind", "runs", "--format", "csv"))))
+    hours = sorted(r["hours"] for r in rows)
+    expected = [f"{h:.2f}" for h in range(1, len(files) + 1)]
+    if resumed_without_total:
+        expected = [*expected[1:], "≥ 0.50"]
+    assert hours == sorted(expected)
+    total = sum(range(2, len(files) + 1)) + (0.5 if resumed_without_total else 1)
+    bound = "at least " if resumed_without_total else ""
+    assert f"; {bound}{total:.2f} hours in all_" in report(root, "--kind", "runs")
