@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,7 +217,7 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
 
 RUN_COLUMNS = (
     "seed", "selected epoch", "selected", "last epoch", "last 10 epochs", "T̂ from epoch",
-    "ε_T", "T̂ mean diagonal", "health", "executed", "hours",
+    "ε_T", "T̂ mean diagonal", "health", "executed", "commit", "hours",
 )  # fmt: skip
 """The columns of :func:`runs_table` after the run's fields."""
 
@@ -245,22 +245,48 @@ def _executed(execution: Any) -> str | None:
     return " ".join(words)
 
 
-def executed(results: Mapping[str, Any]) -> str:
-    """How a run's arithmetic ran (its ``execution``, and that of each earlier part of a resumed
-    run where it differs from the part before): device, precision, ``compiled`` or the
-    fall-back to eager, the parts joined by "then"; a dash where the run does not record it."""
+def _parts(
+    results: Mapping[str, Any], key: str, last: Any, describe: Callable[[Any], str | None]
+) -> str:
+    """Each part of a run described (``describe`` of each earlier part's ``key`` under its
+    ``resumed`` entry, then of ``last``, the run's own record of its last part), a part
+    shown where it differs from the one before, joined by "then"; a dash where none records
+    it."""
     resumed = results.get("resumed")
-    parts = (
+    earlier = (
         [r.get("part") for r in resumed if isinstance(r, Mapping)]
         if isinstance(resumed, list)
         else []
     )
+    values = [p.get(key) if isinstance(p, Mapping) else None for p in earlier] + [last]
     shown: list[str] = []
-    for part in [*parts, {"execution": results.get("execution")}]:
-        words = _executed(part.get("execution")) if isinstance(part, Mapping) else None
+    for value in values:
+        words = describe(value)
         if words and (not shown or shown[-1] != words):
             shown.append(words)
     return " then ".join(shown) if shown else DASH
+
+
+def executed(results: Mapping[str, Any]) -> str:
+    """How a run's arithmetic ran (its ``execution``, and that of each earlier part of a resumed
+    run where it differs from the part before): device, precision, ``compiled`` or the
+    fall-back to eager."""
+    return _parts(results, "execution", results.get("execution"), _executed)
+
+
+def _commit(code: Any) -> str | None:
+    """The project commit a part ran (its first 7 digits; ``+changes``: with uncommitted
+    changes to tracked files)."""
+    commit = code.get("git_commit") if isinstance(code, Mapping) else None
+    if not isinstance(commit, str) or not commit:
+        return None
+    return commit[:7] + ("+changes" if code.get("git_dirty") else "")
+
+
+def commits(results: Mapping[str, Any]) -> str:
+    """The project commit of each part of a run (``provenance`` for the last part), as
+    :func:`executed` joins them."""
+    return _parts(results, "code", results.get("provenance"), _commit)
 
 
 def run_hours(results: Mapping[str, Any]) -> tuple[float | None, bool]:
@@ -299,6 +325,7 @@ def run_row(record: Record) -> list[str]:
         _number(mean_diag),
         str(results.get("health", DASH)),
         executed(results),
+        commits(results),
         _hours(results),
     ]
 

@@ -156,6 +156,24 @@ def git_state(root: Path | None = None) -> tuple[str | None, bool | None]:
     return commit, any(not ln.startswith("#") for ln in lines)
 
 
+def code_state() -> dict[str, Any]:
+    """The code a run executes: the versions of noisylabels, torch, lightning and Python, and
+    the :func:`git_state` of the project checkout (``git_commit``, ``git_dirty``)."""
+    # start-up time: a sweep hashes commands with this module, without Lightning or torch
+    import lightning as L
+    import torch
+
+    commit, dirty = git_state()
+    return {
+        "noisylabels": noisylabels.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion: plain text in checkpoints
+        "lightning": str(L.__version__),
+        "python": platform.python_version(),
+        "git_commit": commit,
+        "git_dirty": dirty,
+    }
+
+
 def provenance(
     model: Any,
     datamodule: Any,
@@ -173,18 +191,8 @@ def provenance(
             "model": dict(getattr(model, "hparams", {})),
             "data": dict(getattr(datamodule, "hparams", {})),
         }
-    # start-up time: a sweep hashes commands with this module, without Lightning or torch
-    import lightning as L
-    import torch
-
-    commit, dirty = git_state()
     return {
-        "noisylabels": noisylabels.__version__,
-        "torch": torch.__version__,
-        "lightning": L.__version__,
-        "python": platform.python_version(),
-        "git_commit": commit,
-        "git_dirty": dirty,
+        **code_state(),
         "config_sha256": config_sha256(config),
         "noisy_labels_sha256": labels_sha256(datamodule),
         "command": None if command is None else [str(a) for a in command],

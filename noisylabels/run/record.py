@@ -53,6 +53,7 @@ from noisylabels.run.artifacts import (
 )
 from noisylabels.run.defaults import CONFIG_FILE, add_config_text, python_config_text
 from noisylabels.run.execution import execution
+from noisylabels.run.provenance import code_state
 from noisylabels.run.rng import rng_state, set_rng_state
 from noisylabels.run.rules import (
     CHECKPOINTS,
@@ -124,6 +125,7 @@ class RunRecorder(Checkpoint):
         self.inputs: dict[str, str] = {}
         self.resumes: list[dict[str, Any]] = list(resume_from.resumes) if resume_from else []
         self.started = time.perf_counter()  # this part of the run (a resume starts another)
+        self._code: dict[str, Any] | None = None  # the code this part runs (code_state)
         self.folder: Path | None = None
         self.in_place = False
         self.fit_done = False
@@ -233,7 +235,8 @@ class RunRecorder(Checkpoint):
                 "from": str(self.resume_from.path),
                 "epochs_done": self.resume_from.epochs_done,
                 "changed": changed,
-                # the part that wrote the checkpoint: its seconds until then, how it executed
+                # the part that wrote the checkpoint: its seconds until then, how it executed,
+                # the code it ran
                 "part": self._loaded.get("part"),
             }
         )
@@ -286,9 +289,12 @@ class RunRecorder(Checkpoint):
     ) -> None:
         state = checkpoint.get("callbacks", {}).get(self.state_key)
         if state is not None:  # what a resume from this checkpoint records of this part
+            if self._code is None:
+                self._code = code_state()
             state["part"] = {
                 "seconds": time.perf_counter() - self.started,
                 "execution": execution(trainer, pl_module),
+                "code": self._code,
             }
         if self._epoch_end:
             # saved from on_train_epoch_end, before Lightning marks the epoch completed: mark it

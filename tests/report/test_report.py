@@ -422,6 +422,19 @@ def test_the_executed_column_names_device_precision_compiling_and_a_fall_back() 
     assert executed({"execution": cpu, "resumed": [{"part": {"execution": cpu}}]}) == "cpu 32-true"
 
 
+def test_the_commit_column_names_the_commit_of_each_part() -> None:
+    from noisylabels.report.render import commits
+
+    a, b = "a" * 40, "b" * 40
+    assert commits({"provenance": {"git_commit": a, "git_dirty": False}}) == "aaaaaaa"
+    run = {
+        "provenance": {"git_commit": b, "git_dirty": True},
+        "resumed": [{"part": {"code": {"git_commit": a}}}, {"part": {"code": {"git_commit": a}}}],
+    }
+    assert commits(run) == "aaaaaaa then bbbbbbb+changes"
+    assert commits({"provenance": {"git_commit": None}}) == commits({}) == "—"
+
+
 @pytest.mark.parametrize("resumed_without_total", [False, True])
 def test_runs_kind_adds_up_the_hours_and_says_when_they_are_a_lower_bound(
     tmp_path: Path, resumed_without_total: bool

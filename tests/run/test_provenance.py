@@ -127,7 +127,7 @@ def test_every_part_of_a_continued_run_is_recorded(run_cli, tmp_path: Path) -> N
     """A run continued twice, its middle part compiled: each ``resumed`` entry records the part
     before it (its seconds until the checkpoint continued from, and how it executed), the last
     part is ``execution``, ``wall_time_total_s`` adds the parts, and ``report --kind runs``
-    names each way it ran."""
+    names each way it ran; each part records the code it ran (versions and commit)."""
     from noisylabels.report.render import executed
 
     quick = ["--config", str(CONFIGS / "quickstart.yaml"), "--trainer.limit_train_batches", "2"]
@@ -151,3 +151,7 @@ def test_every_part_of_a_continued_run_is_recorded(run_cli, tmp_path: Path) -> N
     total = runs[2]["wall_time_s"] + sum(p["seconds"] for p in parts)
     assert runs[2]["wall_time_total_s"] == pytest.approx(total)
     assert executed(runs[2]) == "cpu 32-true then cpu 32-true compiled then cpu 32-true"
+    for part, run in zip(parts, runs, strict=False):  # the code each part ran
+        assert part["code"] == {k: run["provenance"][k] for k in part["code"]}
+    assert set(parts[0]["code"]) == {"noisylabels", "torch", "lightning", "python",
+                                     "git_commit", "git_dirty"}  # fmt: skip
