@@ -155,3 +155,14 @@ def test_every_part_of_a_continued_run_is_recorded(run_cli, tmp_path: Path) -> N
         assert part["code"] == {k: run["provenance"][k] for k in part["code"]}
     assert set(parts[0]["code"]) == {"noisylabels", "torch", "lightning", "python",
                                      "git_commit", "git_dirty"}  # fmt: skip
+
+
+def test_the_total_time_is_unknown_where_a_part_did_not_record_its_own() -> None:
+    """A resume from a checkpoint written before parts were recorded (``part`` null): the
+    total is unknown (null), not the parts that did record their time."""
+    from noisylabels.run.results import total_wall_time
+
+    assert total_wall_time(10.0, []) == 10.0
+    assert total_wall_time(10.0, [{"part": {"seconds": 5.0}}, {"part": {"seconds": 2}}]) == 17.0
+    assert total_wall_time(10.0, [{"part": None}, {"part": {"seconds": 2.0}}]) is None
+    assert total_wall_time(10.0, [{"part": {"seconds": None}}]) is None
