@@ -12,7 +12,9 @@ summary table, also written as JSON (``--out``):
    training loss, validation and test accuracy);
 4. ``throughput``: ``benchmarks/gpu_throughput.py --fake-data`` for CIFAR-10 ResNet-18,
    CIFAR-100 ResNet-32 and MNIST LeNet-5: images/s with the speed options off, as shipped,
-   compiled with CUDA graphs, and of the plain eager loop (short settings);
+   compiled with CUDA graphs, and of the plain eager loop (short settings); for the compiled
+   rows and the plain loop also the host's milliseconds in a step against the wall time per step
+   and the graphs, graph breaks and CUDA-graph skips (where a compiled step's time goes);
 5. ``cifar-fit``: ``noisylabels fit`` of Forward-VRNL (ResNet-18) on random CIFAR-10-shaped data
    written in CIFAR-10's on-disk format, 2 epochs (warm-up and stage change) as shipped, with
    ``--model.speed.compile true`` and with ``--model.speed.compile false``: each finishes;
@@ -423,10 +425,34 @@ def throughput(check: Check) -> dict[str, Any]:
         )
         verdict = "met" if best >= (target or 0) else "missed"
         met = "" if target is None else f" (target {target:,}: {verdict})"
-        parts.append(f"{workload}: {rates} img/s{met}")
+        parts.append(f"{workload}: {rates} img/s{met}{_where_time_goes(rows)}")
     ok = proc.returncode == 0 and figures and not errors
     summary = "; ".join(errors + parts) if figures else _tail(proc.stdout)
     return {"status": "pass" if ok else "fail", "summary": summary, "figures": figures}
+
+
+def _where_time_goes(rows: dict[str, Any]) -> str:
+    """Of the compiled rows and the plain loop: the host's milliseconds in a step right after a
+    synchronization (nothing queued holds it up) against the wall time per step, and what was
+    compiled (graphs, graph breaks, CUDA-graph skips)."""
+    words = []
+    for row, r in rows.items():
+        wall, host = r.get("ms_per_step"), r.get("host_ms_after_sync")
+        compiled = r.get("compiled") or {}
+        if (
+            host is None
+            or wall is None
+            or not (compiled.get("graphs") or row == "plain eager loop")
+        ):
+            continue
+        word = f"{row}: host {host:.1f} of {wall:.1f} ms/step"
+        if compiled.get("graphs"):
+            word += (
+                f", {compiled['graphs']} graphs, {compiled['graph_breaks']} breaks, "
+                f"{compiled['cudagraph_skips']} CUDA-graph skips"
+            )
+        words.append(word)
+    return f" [{'; '.join(words)}]" if words else ""
 
 
 def mnist(check: Check) -> dict[str, Any]:

@@ -16,7 +16,11 @@ then N concurrent ``noisylabels fit`` processes of MNIST on the one device (as a
 steps (compilation, CUDA-graph recording), then ``--steps`` timed steps in ``--blocks`` blocks
 (the device is synchronized at block ends only; by default all within the first epoch, so the
 figures are of steady-state steps, without epoch ends); reported are the median images/s over the
-blocks, the seconds to the end of the first step (compilation included), and ratios. After the
+blocks, the seconds to the end of the first step (compilation included), and ratios; per row
+also the wall milliseconds per step beside the host's (in the training step, of every timed step
+and of the steps right after a synchronization, which no full launch queue holds up; and between
+steps), which tell a step the host limits from one the device does, and for a compiled row what
+``torch.compile`` made (graphs, graph breaks with their reasons, CUDA-graph skips). After the
 timed steps of the ``app as shipped`` run on CUDA, ``--sync-steps`` steps run under
 ``torch.cuda.set_sync_debug_mode("error")`` around the training step, then as many around the
 whole loop (data, augmentation, Lightning): a synchronization anywhere there is reported with
@@ -116,6 +120,23 @@ class Timing:
         self.first_step_s = float("nan")
         self.step, self.images = 0, 0
         self.start = self.mark = time.perf_counter()
+        # host seconds of timed steps, without synchronizing: inside the training step (batch
+        # start to end) and between steps (the loop, data, hooks). A host ahead of the device
+        # waits inside CUDA calls once its launch queue is full, so the steps right after a
+        # synchronization (an empty queue) also count apart: their host time is the host's own
+        self.in_step: list[float] = []
+        self.between: list[float] = []
+        self.after_sync: list[float] = []
+        self._synced = False
+
+    def host(self, in_step: float, between: float | None) -> None:
+        """Record one step's host times (``between``: ``None`` for the first)."""
+        if self.step >= self.warmup and not self.done:
+            self.in_step.append(in_step)
+            if between is not None:
+                self.between.append(between)
+            if self._synced:
+                self.after_sync.append(in_step)
 
     def after_step(self, images: int, barrier: Any = None) -> None:
         self.step += 1
@@ -124,7 +145,9 @@ class Timing:
             sync(self.device)
             self.first_step_s = time.perf_counter() - self.start
         timed = self.step - self.warmup
+        self._synced = False
         if timed == 0 or (timed > 0 and timed % self.block_steps == 0 and not self.done):
+            self._synced = True  # the next step starts with an empty launch queue
             sync(self.device)
             now = time.perf_counter()
             if timed == 0 and barrier is not None:
@@ -140,7 +163,32 @@ class Timing:
 
     def result(self) -> dict[str, Any]:
         median = statistics.median(self.rates) if self.rates else float("nan")
-        return {"images_per_s": median, "rates": self.rates, "first_step_s": self.first_step_s}
+        return {
+            "images_per_s": median,
+            "rates": self.rates,
+            "first_step_s": self.first_step_s,
+            "host_ms_in_step": _median_ms(self.in_step),
+            "host_ms_between": _median_ms(self.between),
+            "host_ms_after_sync": _median_ms(self.after_sync),
+        }
+
+
+def _median_ms(seconds: list[float]) -> float:
+    return 1000 * statistics.median(seconds) if seconds else float("nan")
+
+
+def compile_counts() -> dict[str, Any]:
+    """What ``torch.compile`` did since the counters were cleared: graphs compiled, graph
+    breaks (with their most frequent reasons) and CUDA-graph skips (a compiled graph that runs
+    without CUDA graphs)."""
+    counters = torch._dynamo.utils.counters
+    breaks = counters["graph_break"]
+    return {
+        "graphs": int(counters["stats"]["unique_graphs"]),
+        "graph_breaks": int(sum(breaks.values())),
+        "break_reasons": [reason[:160] for reason, _ in breaks.most_common(3)],
+        "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]),
+    }
 
 
 class StepTimer(L.Callback):
@@ -160,11 +208,14 @@ class StepTimer(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.timing.start = time.perf_counter()
+        self._began: float | None = None
+        self._ended: float | None = None
 
     def _debug(self, on: bool) -> None:
         torch.cuda.set_sync_debug_mode("error" if on else "default")
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._began = time.perf_counter()
         if self._mode is None and self.timing.done and self.checked["step"] < self.sync_steps:
             self._mode = "step"
             self._debug(True)
@@ -174,7 +225,12 @@ class StepTimer(L.Callback):
             self._debug(False)
             self.checked[self._mode] += 1
             self._mode = None
+        now = time.perf_counter()
+        if self._began is not None:
+            between = None if self._ended is None else self._began - self._ended
+            self.timing.host(now - self._began, between)
         self.timing.after_step(len(batch["label"]), self.barrier)
+        self._ended = time.perf_counter()
         last_of_epoch = batch_idx + 2 >= trainer.num_training_batches
         wanted = self.timing.done and self.checked["step"] >= self.sync_steps
         if wanted and self.checked["loop"] < self.sync_steps and not last_of_epoch:
@@ -236,6 +292,7 @@ def run_app(
         barrier=barrier,
     )
     torch._dynamo.reset()  # every run compiles afresh (the on-disk code cache still applies)
+    torch._dynamo.utils.counters.clear()
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -257,7 +314,7 @@ def run_app(
             "error": error or "no training step ran",
         }
     out: dict[str, Any] = timer.timing.result()
-    out.update(checked=timer.checked, error=error)
+    out.update(checked=timer.checked, error=error, compiled=compile_counts())
     return out
 
 
@@ -293,7 +350,9 @@ def plain_loop(preset: str, data_dir: str, args: argparse.Namespace) -> dict[str
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda)
     while not timing.done:
         order = torch.randperm(len(labels), device=device)
+        ended = None
         for start in range(0, len(order), args.batch_size):
+            began = time.perf_counter()
             idx = order[start : start + args.batch_size]
             x = transform(images[idx], train=True)
             x = x.contiguous(memory_format=torch.channels_last) if cuda else x
@@ -312,7 +371,9 @@ def plain_loop(preset: str, data_dir: str, args: argparse.Namespace) -> dict[str
             loss.backward()
             for opt in opts:
                 opt.step()
+            timing.host(time.perf_counter() - began, None if ended is None else began - ended)
             timing.after_step(len(y))
+            ended = time.perf_counter()
             if timing.done:
                 break
     return timing.result()
@@ -459,9 +520,12 @@ def main(argv: list[str] | None = None) -> None:
                     rows[row] = result
         for result in rows.values():
             result["images_per_s"] = statistics.median(result["rates"] or [float("nan")])
+            result["ms_per_step"] = 1000 * args.batch_size / result["images_per_s"]
         report(workload, rows)
+        keys = ("images_per_s", "ms_per_step", "first_step_s", "host_ms_in_step")
+        keys += ("host_ms_after_sync", "host_ms_between")
         figures[workload] = {
-            row: {key: r.get(key) for key in ("images_per_s", "first_step_s", "error")}
+            row: {key: r.get(key) for key in (*keys, "compiled", "error")}
             for row, r in rows.items()
         }
         figures[workload]["app as shipped"]["sync_checked"] = rows["app as shipped"].get("checked")
@@ -478,12 +542,33 @@ def main(argv: list[str] | None = None) -> None:
             )
 
 
+def host_line(r: dict[str, Any]) -> str:
+    """Milliseconds per step: the wall time (from the median rate); the host's time in the
+    training step (of every timed step, and of those right after a synchronization, which no
+    full launch queue holds up) and between steps."""
+    nan = float("nan")
+    return (
+        f"ms/step: {r['ms_per_step']:.2f} wall; host in the step "
+        f"{r.get('host_ms_in_step', nan):.2f} ({r.get('host_ms_after_sync', nan):.2f} right "
+        "after a sync), between steps "
+        f"{r.get('host_ms_between', nan):.2f}"
+    )
+
+
 def report(workload: str, rows: dict[str, dict[str, Any]]) -> None:
     print(f"\n{workload}")
     for row, r in rows.items():
         print(
             f"  {row:28s} {r['images_per_s']:9,.0f} img/s   first step {r['first_step_s']:6.1f} s"
         )
+        print(f"    {host_line(r)}")
+        if r.get("compiled") and r["compiled"]["graphs"]:
+            c = r["compiled"]
+            print(
+                f"    compiled: {c['graphs']} graphs, {c['graph_breaks']} graph breaks, "
+                f"{c['cudagraph_skips']} CUDA-graph skips"
+                + "".join(f"\n      break: {reason}" for reason in c["break_reasons"])
+            )
         if r.get("error"):
             print(f"    FAILED: {r['error']}")
     shipped = rows["app as shipped"]["images_per_s"]

@@ -143,3 +143,27 @@ def test_every_throughput_workload_trains_on_the_cpu(tmp_path: Path) -> None:
         for row, result in rows.items():
             assert result["error"] is None, (workload, row, result["error"])
             assert result["images_per_s"] > 0, (workload, row)
+            host = (result[k] for k in ("host_ms_in_step", "host_ms_after_sync", "ms_per_step"))
+            assert all(ms > 0 for ms in host), (workload, row, result)
+            if row != "plain eager loop":  # eager on the CPU: nothing compiled
+                assert result["compiled"]["graphs"] == 0, (workload, row)
+
+
+def test_host_times_count_the_timed_steps_and_those_right_after_a_sync() -> None:
+    """The throughput benchmark's host times: every timed step's, and apart those of the
+    steps that start right after a synchronization (the warm-up's end, each block's end but
+    the last), whose launch queue is empty; warm-up steps count in neither."""
+    import gpu_throughput
+
+    timing = gpu_throughput.Timing(torch.device("cpu"), warmup=2, steps=6, blocks=3)
+    step = 0
+    while not timing.done:
+        step += 1
+        timing.host(in_step=float(step), between=None if step == 1 else 0.5)
+        timing.after_step(images=8)
+    assert step == 2 + 6
+    assert timing.in_step == [3.0, 4.0, 5.0, 6.0, 7.0, 8.0]  # the 6 timed steps
+    assert timing.after_sync == [3.0, 5.0, 7.0]  # after the warm-up's and blocks' ends
+    assert timing.between == [0.5] * 6
+    result = timing.result()
+    assert result["host_ms_in_step"] == 5500.0 and result["host_ms_after_sync"] == 5000.0
