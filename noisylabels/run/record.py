@@ -12,7 +12,8 @@ renamed: a reader sees the old file or the new one, never a part):
 * ``checkpoints/last.ckpt`` when fitting starts and at the end of every training epoch (after
   validation, the method's epoch-end work and the best-checkpoint bookkeeping, so it holds the
   run exactly as the next epoch would begin), with the random number generator states, the
-  run's identity and its resume history; the best checkpoint goes through the same writer
+  run's identity, its resume history and this part of the run (its seconds so far, how it
+  executes, the code it runs: what a resume records of it); the best checkpoint goes through the same writer
   (:class:`RecordCheckpointIO`);
 * at the end ``results.json``, the final T̂ (``transition_estimate.csv``/``.json``) and every
   training sample's record (``sample_dynamics.pt``);
