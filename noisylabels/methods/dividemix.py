@@ -134,6 +134,9 @@ class DivideMix(NoisyLabelMethod):
     """
 
     views_needed = 2  # co-refinement, co-guessing and mixup use two views of every image
+    # the test, predict and the tail score the two networks' averaged logits (the reference
+    # tests their sum: the same prediction)
+    ensemble_prediction = True
 
     def __init__(
         self,
@@ -389,33 +392,16 @@ class DivideMix(NoisyLabelMethod):
         return self.vrnl(l_x, own_logits, batch, used=labeled, network=k, extra=extra)
 
     # ---------------------------------------------------------------- evaluation
-    def ensemble_logits(self, images: Tensor) -> Tensor:
-        """The two networks' averaged logits (the reference tests their sum: the same argmax)."""
-        return (self.network_logits(images, 0) + self.network_logits(images, 1)) / 2.0
-
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        """``val/acc`` and ``val/loss`` of the averaged logits against the validation labels,
-        ``val/net1/acc`` of network 1 alone."""
+        """``val/acc`` and ``val/loss`` of the averaged logits (the method's prediction)
+        against the validation labels, ``val/net1/acc`` of network 1 alone."""
         images, labels = batch["image"], batch["label"]
         second = self.network_logits(images, 1)
-        ensemble = (self.network_logits(images, 0) + second) / 2.0
+        ensemble = self.prediction_logits(images, [self.network_logits(images, 0), second])
         self.val_loss.update(cross_entropy(ensemble, labels))
         first, other = self._accuracies("val")
         first.update(ensemble.argmax(1), labels)
         other.update(second.argmax(1), labels)
-
-    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        """``test/acc`` of the averaged logits (the reference's test), ``test/net1/acc`` of
-        network 1 alone."""
-        images, labels = batch["image"], batch["label"]
-        second = self.network_logits(images, 1)
-        ensemble = (self.network_logits(images, 0) + second) / 2.0
-        first, other = self._accuracies("test")
-        first.update(ensemble.argmax(1), labels)
-        other.update(second.argmax(1), labels)
-
-    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        return F.softmax(self.ensemble_logits(batch["image"]).float(), dim=1)
 
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()

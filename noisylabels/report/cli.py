@@ -64,7 +64,8 @@ def build_parser() -> Any:
         type=metric_list,
         default=["best"],
         help="best: the selected checkpoint's test accuracy; last: the last epoch's; tail: the "
-        "mean of every network over the last epochs (runs with --tail_test_epochs); several, "
+        "mean over the last epochs (runs with --tail_test_epochs) of every network, or of the "
+        "prediction of a method that predicts with its networks together (DivideMix); several, "
         "comma-separated (best,last), side by side in one table. A run whose value is not a "
         "finite accuracy in [0, 1] (NaN, 87.0, a string) is left out and listed",
     )

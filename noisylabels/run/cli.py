@@ -183,9 +183,11 @@ class NoisyLabelsCLI(LightningCLI):
             "--tail_test_epochs",
             type=int,
             default=0,
-            help="Also test every network on the clean test set at the end of each of the last "
-            "N epochs (results.json: test_acc_tail, test_acc_tail_mean; report --metric tail), "
-            "as the references of Co-teaching, MentorNet and Decoupling report.",
+            help="Also test the method's prediction and every further network on the clean "
+            "test set at the end of each of the last N epochs (results.json: test_acc_tail, "
+            "test_acc_tail_mean: the mean over the networks, or over the prediction of a method "
+            "that predicts with its networks together, DivideMix; report --metric tail), as the "
+            "references of Co-teaching, MentorNet and Decoupling report.",
         )
         parser.link_arguments(
             "data.num_classes", "model.init_args.num_classes", apply_on="instantiate"

@@ -113,7 +113,8 @@ def test_every_method_trains_through_the_cli(
 ) -> None:
     """Two epochs on digits with VRNL: one of warm-up (T estimated after it where a method
     corrects with one), one of its own; also compiled (``aot_eager``), through the stage change
-    and its estimation point."""
+    and its estimation point. The test of the last epoch (``--tail_test_epochs 1``) scores what
+    the final test scores: its first figure is ``test_acc_last`` for every method."""
     started: list[dict[str, torch.Tensor]] = []
     on_train_start = NoisyLabelMethod.on_train_start
 
@@ -142,6 +143,8 @@ def test_every_method_trains_through_the_cli(
         "2",
         "--trainer.accelerator",
         "cpu",
+        "--tail_test_epochs",
+        "1",
         *(
             ("--model.transition", "estimate")
             if issubclass(METHODS[name], TransitionMethod)
@@ -163,6 +166,9 @@ def test_every_method_trains_through_the_cli(
     assert cli.model.speed.mode == ("default" if compiled else None)
     assert results["epochs"] == 2 and results["best_epoch"] == 1
     assert 0.0 <= results["test_acc"] <= 1.0
+    tail = results["test_acc_tail"]
+    assert tail["epochs"] == [1] and len(tail["acc"][0]) == len(cli.model.networks)
+    assert tail["acc"][0][0] == pytest.approx(results["test_acc_last"], abs=1e-6)
     model, metrics = cli.model, cli.trainer.callback_metrics  # after the test: test metrics
     assert not model.in_warmup
     scalars = logged_scalars(next(tmp_path.rglob("results.json")).parent)

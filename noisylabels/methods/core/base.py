@@ -449,16 +449,20 @@ class NoisyLabelMethod(StagedModule):
         self._log_accuracies("val", prog_bar=True)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        """Clean test: accuracy of each network's clean posterior ``p`` against the clean
-        labels (``test/acc``: network 0)."""
+        """Clean test: accuracy of the method's prediction (``test/acc``:
+        :meth:`prediction_logits`) and of each further network's clean posterior ``p``
+        (``test/net{k}/acc``) against the clean labels."""
+        images = batch["image"]
+        logits = [self.network_logits(images, k) for k in range(len(self.networks))]
+        logits[0] = self.prediction_logits(images, logits)
         for k, accuracy in enumerate(self._accuracies("test")):
-            accuracy.update(self.network_logits(batch["image"], k).argmax(1), batch["label"])
+            accuracy.update(logits[k].argmax(1), batch["label"])
 
     def on_test_epoch_end(self) -> None:
         self._log_accuracies("test")
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        return F.softmax(self(batch["image"]).float(), dim=1)
+        return F.softmax(self.prediction_logits(batch["image"]).float(), dim=1)
 
     def training_split_logits(
         self, limit: float | None = None, rank: int = 0, world_size: int = 1, split: str = "train"

@@ -64,19 +64,26 @@ def network_accuracies(
     rank: int = 0,
     world_size: int = 1,
 ) -> Tensor:
-    """``(correct per network..., samples)`` of ``method``'s networks over a split of ``facts``
-    (``test``: the clean test set), each network's clean posterior's argmax against the split's
-    labels, in eval mode (restored afterwards); this process's share of the batches."""
+    """``(correct of the prediction, correct of network 1, ..., samples)`` over a split of
+    ``facts`` (``test``: the clean test set), in eval mode (restored afterwards), on this
+    process's share of the batches: the predictors the clean test scores (``test/acc``: the
+    method's :meth:`prediction_logits`, network 0's or its networks' mean; ``test/net{k}/acc``:
+    network ``k``'s clean posterior), each one's argmax against the split's labels."""
     modes = {m: m.training for m in method.modules()}
     method.eval()
     counts = torch.zeros(len(method.networks) + 1, dtype=torch.long, device=method.device)
     try:
         for batch in facts.eval_batches(method.device, None, rank, world_size, split):
+            images = batch["image"]
+            logits = []
             for k in range(len(method.networks)):
                 method.speed.begin_step()
                 with method.trainer.precision_plugin.forward_context():
-                    logits = method.network_logits(batch["image"], k)
-                counts[k] += (logits.argmax(1) == batch["label"]).sum()
+                    # kept: the next network's step may reuse a CUDA graph's outputs
+                    logits.append(method.speed.keep(method.network_logits(images, k)))
+            logits[0] = method.prediction_logits(images, logits)
+            for k, scored in enumerate(logits):
+                counts[k] += (scored.argmax(1) == batch["label"]).sum()
             counts[-1] += len(batch["label"])
     finally:
         for module, mode in modes.items():

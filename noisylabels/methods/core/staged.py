@@ -19,7 +19,7 @@ A subclass provides ``self.net``, ``self.val_acc``, ``self.test_acc``, ``self.op
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import lightning as L
@@ -50,6 +50,9 @@ class StagedModule(L.LightningModule):
     #: the name the clean test accuracy is logged under (``run.fit_and_test`` tests the
     #: last-epoch model as ``test/acc_last`` before the selected checkpoint as ``test/acc``)
     test_metric: str = "test/acc"
+    #: the method predicts with the mean logits of its networks (DivideMix); otherwise each
+    #: network predicts on its own and the method's prediction is network 0's
+    ensemble_prediction: bool = False
     __setattr__ = module_setattr  # Lightning's per-hook bookkeeping without nn.Module's checks
 
     # ---------------------------------------------------------------- what a subclass gives
@@ -115,6 +118,18 @@ class StagedModule(L.LightningModule):
         if network == 0:
             return self(images)
         return self.peers[network - 1](self.network_input(images))
+
+    def prediction_logits(self, images: Tensor, logits: Sequence[Tensor] | None = None) -> Tensor:
+        """Logits of the method's prediction: what the clean test scores as ``test/acc``, what
+        ``noisylabels predict`` writes and what the test of the run's last epochs records
+        first (:class:`~noisylabels.callbacks.tail_test.TailTest`). Network 0's, or with
+        :attr:`ensemble_prediction` the mean of every network's; ``logits``: the networks'
+        logits of ``images`` where already computed."""
+        if not self.ensemble_prediction:
+            return logits[0] if logits is not None else self.network_logits(images, 0)
+        if logits is None:
+            logits = [self.network_logits(images, k) for k in range(len(self.networks))]
+        return torch.stack(list(logits)).mean(0)
 
     def _accuracies(self, stage: str) -> list[MulticlassAccuracy]:
         first = self.val_acc if stage == "val" else self.test_acc
