@@ -19,7 +19,16 @@ from noisylabels.methods.core.evaluation import network_accuracies
 
 class TailTest(L.Callback):
     """At the end of each of the last ``epochs`` training epochs, the clean test accuracy of
-    every network of the method (one pass over the test set per epoch, no effect on training).
+    the predictors the clean test scores (one pass over the test set per epoch, no effect on
+    training): the method's prediction (``test/acc``), then each further network
+    (``test/net{k}/acc``).
+
+    An epoch's figure is the mean over the method's networks where each network predicts on
+    its own (the two-network references' metric), its prediction's where the method predicts
+    with its networks together (``ensemble_prediction``: DivideMix). The tail is the run's last
+    ``epochs`` epochs as it ends: records of epochs outside them (a resumed run given another
+    ``max_epochs``, a finished run continued) are dropped, and a tail missing one of them has no
+    mean.
 
     Args:
         epochs: how many of the run's last epochs (0: none).
@@ -29,13 +38,21 @@ class TailTest(L.Callback):
         if epochs < 0:
             raise ValueError(f"epochs must be >= 0, got {epochs}")
         self.epochs = epochs
-        self.records: list[dict[str, Any]] = []  # {"epoch", "acc": [network 0, 1, ...]}
+        # {"epoch", "acc": [prediction, network 1, ...], "score": the epoch's figure}
+        self.records: list[dict[str, Any]] = []
+
+    def window(self, max_epochs: int | None) -> range | None:
+        """The epochs of the tail of a run of ``max_epochs`` epochs (``None``: no bounded run
+        or no tail)."""
+        if not self.epochs or max_epochs is None or max_epochs < 0:
+            return None
+        return range(max(0, max_epochs - self.epochs), max_epochs)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        max_epochs = trainer.max_epochs
-        if not self.epochs or max_epochs is None or max_epochs < 0 or trainer.sanity_checking:
+        window = self.window(trainer.max_epochs)
+        if window is None or trainer.sanity_checking or trainer.fast_dev_run:
             return
-        if trainer.current_epoch < max_epochs - self.epochs or trainer.fast_dev_run:
+        if trainer.current_epoch not in window:
             return
         facts = pl_module.data_facts() if isinstance(pl_module, NoisyLabelMethod) else None
         if facts is None:
@@ -45,22 +62,32 @@ class TailTest(L.Callback):
         )
         counts = trainer.strategy.reduce(counts, reduce_op="sum").tolist()
         total = max(counts[-1], 1)
-        self.records = [r for r in self.records if r["epoch"] != trainer.current_epoch]
-        self.records.append(
-            {"epoch": trainer.current_epoch, "acc": [c / total for c in counts[:-1]]}
-        )
+        accs = [c / total for c in counts[:-1]]
+        score = accs[0] if pl_module.ensemble_prediction else sum(accs) / len(accs)
+        self.records = [
+            r for r in self.records if r["epoch"] in window and r["epoch"] != trainer.current_epoch
+        ]
+        self.records.append({"epoch": trainer.current_epoch, "acc": accs, "score": score})
 
-    def summary(self) -> dict[str, Any] | None:
-        """``{"epochs", "acc" (per epoch, per network), "mean"}`` of the recorded epochs, or
-        ``None`` where none was recorded."""
-        if not self.records:
+    def summary(self, max_epochs: int | None = None) -> dict[str, Any] | None:
+        """``{"epochs", "acc" (per epoch, per predictor), "mean"}`` of the recorded epochs of
+        the tail of a run of ``max_epochs`` epochs (all recorded ones where not given), or
+        ``None`` where none was recorded; ``mean`` is ``None`` and ``missing`` lists the tail's
+        epochs without a record where some are."""
+        window = self.window(max_epochs)
+        records = sorted(
+            (r for r in self.records if window is None or r["epoch"] in window),
+            key=lambda r: r["epoch"],
+        )
+        if not records:
             return None
-        accs = [a for record in self.records for a in record["acc"]]
-        return {
-            "epochs": [r["epoch"] for r in self.records],
-            "acc": [r["acc"] for r in self.records],
-            "mean": sum(accs) / len(accs),
-        }
+        epochs = [r["epoch"] for r in records]
+        out: dict[str, Any] = {"epochs": epochs, "acc": [r["acc"] for r in records]}
+        missing = [] if window is None else sorted(set(window) - set(epochs))
+        if missing:
+            return out | {"mean": None, "missing": missing}
+        scores = [r.get("score", sum(r["acc"]) / len(r["acc"])) for r in records]
+        return out | {"mean": sum(scores) / len(scores)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"records": list(self.records)}

@@ -249,6 +249,18 @@ def fit_and_test(
                 signals.check()
                 resumed = resume_history(trainer)  # before a test restores other states
                 tail = tail_summary(trainer)
+                ended = (
+                    trainer.max_epochs is not None and trainer.current_epoch >= trainer.max_epochs
+                )
+                if tail is not None and tail.get("missing") and ended and trainer.is_global_zero:
+                    # (a run stopped early, e.g. by its health, misses its last epochs anyway)
+                    warnings.warn(
+                        f"the test of the run's last epochs has no record of epoch(s) "
+                        f"{', '.join(map(str, tail['missing']))} (the run was resumed with "
+                        "another --trainer.max_epochs after its last epochs began), so "
+                        "results.json's test_acc_tail_mean is null",
+                        stacklevel=1,
+                    )
                 health = health_of(trainer)
                 test_metrics = None
                 if test:

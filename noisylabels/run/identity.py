@@ -33,7 +33,8 @@ from noisylabels.run.provenance import input_files_sha256, labels_sha256
 
 RESUMABLE: dict[str, str] = {
     "trainer.max_epochs": "how long to train: a resumed run may train longer (never fewer "
-    "epochs than it has done)",
+    "epochs than it has done; a stopped run whose plan ends with its last epoch keeps its own, "
+    "rules.admission)",
     "trainer.max_steps": "how long to train",
     "trainer.max_time": "how long to train",
     "trainer.default_root_dir": "where runs are written",

@@ -13,8 +13,8 @@ renamed: a reader sees the old file or the new one, never a part):
   validation, the method's epoch-end work and the best-checkpoint bookkeeping, so it holds the
   run exactly as the next epoch would begin), with the random number generator states, the
   run's identity, its resume history and this part of the run (its seconds so far, how it
-  executes, the code it runs: what a resume records of it); the best checkpoint goes through the same writer
-  (:class:`RecordCheckpointIO`);
+  executes, the code it runs: what a resume records of it); the best checkpoint goes through
+  the same writer (:class:`RecordCheckpointIO`);
 * at the end ``results.json``, the final T̂ (``transition_estimate.csv``/``.json``) and every
   training sample's record (``sample_dynamics.pt``);
 * where a run fails: ``unfinished.txt`` saying why and how to continue, or, before its first
@@ -41,6 +41,7 @@ from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from noisylabels.errors import InputError
+from noisylabels.methods.core.stages import StageSchedule
 from noisylabels.noise import save_transition
 from noisylabels.run import identity as ident
 from noisylabels.run import resume
@@ -168,8 +169,10 @@ class RunRecorder(Checkpoint):
         self.identity, self.options, self.inputs = ident.of_run(
             model, datamodule, self.seed, self.trainer_options, self.run_options
         )
+        schedule = getattr(model, "schedule", None)
+        ends = schedule.ends_with_the_run() if isinstance(schedule, StageSchedule) else None
         problem, self.in_place = admission(
-            run_dir(trainer), self.resume_from, self.identity, trainer.max_epochs
+            run_dir(trainer), self.resume_from, self.identity, trainer.max_epochs, ends
         )
         if problem:
             self._refused = True

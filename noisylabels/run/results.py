@@ -122,5 +122,5 @@ def tail_summary(trainer: L.Trainer) -> dict[str, Any] | None:
     """The :class:`~noisylabels.callbacks.TailTest` record of the run, ``None`` without one."""
     for callback in trainer.callbacks:
         if isinstance(callback, TailTest):
-            return callback.summary()
+            return callback.summary(trainer.max_epochs)
     return None

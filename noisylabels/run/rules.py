@@ -103,10 +103,14 @@ def admission(
     resume_from: resume.Checkpoint | None,
     identity: dict[str, Any],
     max_epochs: int | None,
+    ends_with_the_run: str | None = None,
 ) -> tuple[str | None, bool]:
     """Whether a run of ``identity`` (continuing ``resume_from``, or new) may be recorded in
     ``folder``: ``(None, in_place)`` where it may (``in_place``: it continues its checkpoint's
-    own run folder), ``(why not, False)`` where not, as one paragraph."""
+    own run folder), ``(why not, False)`` where not, as one paragraph. ``ends_with_the_run``:
+    why the run's plan depends on its last epoch
+    (:meth:`~noisylabels.methods.core.stages.StageSchedule.ends_with_the_run`), which makes an
+    unfinished run's ``max_epochs`` part of the experiment."""
     problem = folder_problem(folder)
     if problem is not None:
         return problem, False
@@ -130,6 +134,16 @@ def admission(
             f"--ckpt_path {ckpt.path} has completed {done} epochs, more than "
             f"--trainer.max_epochs {limit}: a resume cannot train fewer epochs than were "
             f"done. Resume with --trainer.max_epochs {done} or more"
+        ), False
+    planned = ckpt.options.get("trainer.max_epochs")
+    if ends_with_the_run and not ckpt.finished and planned is not None and planned != limit:
+        return (
+            f"--ckpt_path {ckpt.path} was trained to end at epoch {planned}, and its method's "
+            f"plan depends on the run's last epoch ({ends_with_the_run}): resumed with "
+            f"--trainer.max_epochs {limit} it would follow neither the plan it started nor a new "
+            f"one. Resume with --trainer.max_epochs {planned} (or leave it out, as the run did), "
+            "then continue the finished run longer if wanted (a new run folder from its "
+            f"{LAST})"
         ), False
     if ckpt.origin is not None and same_folder(folder, ckpt.origin):
         if ckpt.finished:

@@ -304,6 +304,19 @@ class StageSchedule:
             return 0
         return int(num_batches) // 2
 
+    def ends_with_the_run(self) -> str | None:
+        """Why this schedule's plan depends on the run's last epoch, so that a run given
+        another ``max_epochs`` half-way follows neither plan (``None``: its milestones and
+        stages count from the start): the ``linear`` decay and the ``cosine`` without a period
+        end at the method's stage's end, and a revision stage is the run's last epochs."""
+        if int(self.revision_epochs) > 0:
+            return f"its revision stage is the run's last {int(self.revision_epochs)} epochs"
+        if self.lr_schedule == "linear":
+            return "its learning rate decays linearly to 0 at the run's last epoch"
+        if self.lr_schedule == "cosine" and self.cosine_period is None:
+            return "its cosine learning rate ends at the run's last epoch"
+        return None
+
     def revision_start(self, max_epochs: int | None, revision_length: int) -> int | None:
         """The first epoch of the revision stage (``None`` without one)."""
         if revision_length <= 0 or max_epochs is None or max_epochs < 0:
