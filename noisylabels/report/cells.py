@@ -28,6 +28,7 @@ from noisylabels.report.collect import (
     base_method,
     method_key,
 )
+from noisylabels.report.mixed import flat_config, pair_differences
 from noisylabels.report.problems import (
     EPS_T,
     METRIC_PROBLEM,
@@ -48,6 +49,9 @@ class Cell:
     labels: dict[Any, str | None] = field(default_factory=dict)
     """seed -> the SHA-256 of the noisy training labels its run trained on (``None``: not
     recorded): two cells pair a seed only where its runs trained on the same labels."""
+    configs: dict[Any, dict[str, str]] = field(default_factory=dict)
+    """seed -> its run's ``config.yaml``, flat (:func:`~noisylabels.report.mixed.flat_config`;
+    empty: none): a seed pairs two cells' runs only where they differ in nothing but VRNL."""
     precisions: dict[Any, str | None] = field(default_factory=dict)
     """seed -> the precision its run's arithmetic ran in (``execution.precision``; ``None``: not
     recorded): ``auto`` gives ``bf16-mixed`` on a GPU and ``32-true`` on a CPU."""
@@ -112,15 +116,20 @@ def mixed_precisions(*cells: Cell, seeds: Any = None) -> dict[Any, list[str]]:
     return out
 
 
-def unpaired_seeds(a: Cell, b: Cell) -> list[Any]:
-    """The seeds both cells have whose runs trained on different noisy labels (both recorded
-    and unequal): their difference is no paired one."""
-    common = set(a.values) & set(b.values)
-    return sorted(
-        (s for s in common if None not in (a.labels.get(s), b.labels.get(s))
-         and a.labels[s] != b.labels[s]),
-        key=str,
-    )  # fmt: skip
+def unpaired_seeds(a: Cell, b: Cell) -> dict[Any, str]:
+    """The seeds both cells (``a`` of X-VRNL, ``b`` of X) have whose runs are no pair, with
+    why: they trained on different noisy labels (both recorded and unequal), or their configs
+    differ in more than what only VRNL uses (:func:`~noisylabels.report.mixed.pair_differences`)."""
+    out: dict[Any, str] = {}
+    for seed in sorted(set(a.values) & set(b.values), key=str):
+        labels = a.labels.get(seed), b.labels.get(seed)
+        if None not in labels and labels[0] != labels[1]:
+            out[seed] = "trained on different noisy labels (noisy_labels_sha256)"
+            continue
+        differ = pair_differences(a.configs.get(seed, {}), b.configs.get(seed, {}))
+        if differ:
+            out[seed] = "differ in more than VRNL's options (X-VRNL / X): " + "; ".join(differ)
+    return out
 
 
 def paired_difference(vrnl: Mapping[Any, float], base: Mapping[Any, float]) -> Paired | None:
@@ -294,6 +303,7 @@ def group(
         cell.values[record.seed] = 100.0 * float(record.metrics[metric])  # type: ignore[arg-type]
         cell.labels[record.seed] = labels_sha256(record.results)
         cell.precisions[record.seed] = run_precision(record.results)
+        cell.configs[record.seed] = flat_config(record.config)
 
     def order(fields: Sequence[str]):
         return lambda key: [sort_key(f, v) for f, v in zip(fields, key, strict=True)]

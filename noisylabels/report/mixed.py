@@ -20,6 +20,16 @@ CELL_OPTIONS_IGNORED = (
 )
 
 
+# what only a VRNL run uses (α and how its variance is taken and warned of): the options a
+# paired X-VRNL run may differ from its X run in
+PAIR_OPTIONS_IGNORED = (
+    *CELL_OPTIONS_IGNORED,
+    "model.init_args.alpha",
+    "model.init_args.variance_scope",
+    "model.init_args.weight_warning",
+)
+
+
 def _flatten(node: Any, prefix: str = "") -> dict[str, str]:
     """A config as ``{"model.init_args.lr": "0.01", ...}`` (leaves and lists as JSON)."""
     if isinstance(node, Mapping) and node:
@@ -61,3 +71,19 @@ def mixed_cells(records: Iterable[Record], rows: Sequence[str], cols: Sequence[s
                 f"cell {where}: its runs differ in more than the seed: " + "; ".join(differences)
             )
     return lines
+
+
+def flat_config(config: Mapping[str, Any] | None) -> dict[str, str]:
+    """A run's ``config.yaml`` as ``{"model.init_args.lr": "0.01", ...}`` (empty without one)."""
+    return _flatten(dict(config or {}))
+
+
+def pair_differences(vrnl: Mapping[str, str], base: Mapping[str, str]) -> list[str]:
+    """The options (of :func:`flat_config`) in which a run of X-VRNL and the run of X it is
+    paired with differ beyond what only VRNL uses (:data:`PAIR_OPTIONS_IGNORED`), as
+    ``option = X-VRNL's value / X's value``: a seed whose runs differ so is no paired
+    difference of VRNL. Only options both configs hold compare (a config written by an older
+    version may name them otherwise)."""
+    common = (set(vrnl) & set(base)) - set(PAIR_OPTIONS_IGNORED)
+    differ = sorted(key for key in common if vrnl[key] != base[key])
+    return [f"{key} = {vrnl[key]} / {base[key]}" for key in differ]

@@ -182,7 +182,7 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
         line = list(label)
         for col in g.col_keys:
             a, b = g.cell(vrnl_row, col), g.cell(base_row, col)
-            apart = unpaired_seeds(a, b) if a and b else []
+            apart = unpaired_seeds(a, b) if a and b else {}
             both = set(a.values) & set(b.values) - set(apart) if a and b else set()
             for seed, found in mixed_precisions(a, b, seeds=both).items():
                 notes_below.append(
@@ -190,11 +190,11 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
                     f"different precisions ({', '.join(found)}), so its difference holds the "
                     "arithmetic's too (results.json's execution)"
                 )
-            if apart:
+            for why in sorted(set(apart.values())):
+                seeds = ", ".join(str(s) for s, reason in apart.items() if reason == why)
                 notes_below.append(
-                    f"left out of {' '.join(label)} in {_label(col)}: seed(s) "
-                    f"{', '.join(map(str, apart))}, whose two runs trained on different noisy "
-                    "labels (noisy_labels_sha256), so are no pair"
+                    f"left out of {' '.join(label)} in {_label(col)}: seed(s) {seeds}, whose "
+                    f"two runs {why}, so are no pair"
                 )
             line.append(fmt_paired(pair_statistics(g, vrnl_row, base_row, col)))
             if paper is not None:

@@ -379,6 +379,56 @@ def test_a_seed_pairs_only_runs_trained_on_the_same_noisy_labels(tmp_path: Path,
         assert f"seed(s) {apart}, whose two runs trained on different noisy labels" in markdown
 
 
+# an option a seed's X-VRNL run sets otherwise than its X run, and whether the two still pair
+PAIR_OPTIONS = [
+    (("model", "init_args", "optim", "lr"), 0.02, False),  # another experiment
+    (("model", "init_args", "co_lambda"), 0.95, False),
+    (("trainer", "max_epochs"), 40, False),
+    (("model", "init_args", "variance_scope"), "local", True),  # only VRNL uses it
+    (("data", "init_args", "data_dir"), "/elsewhere", True),  # where the data is read
+    (("seed_everything",), 7, True),  # the seed is the pair's own key
+]
+
+
+@pytest.mark.parametrize(("where", "value", "pairs"), PAIR_OPTIONS, ids=lambda v: str(v))
+@pytest.mark.parametrize("seed", [0, 2])
+def test_a_seed_pairs_only_runs_that_differ_in_nothing_but_vrnl(
+    tmp_path: Path, where: tuple, value, pairs: bool, seed: int
+) -> None:
+    """Seed s of X-VRNL pairs with seed s of X only where their configs differ in what only
+    VRNL uses (α, its variance's scope) and where the runs were written or read: a seed whose
+    runs differ in a hyperparameter is left out of the pair, naming the option and both values."""
+    write_runs(tmp_path, RUNS[:6])
+    for file in tmp_path.rglob("results.json"):
+        results = json.loads(file.read_text())
+        config = {
+            "seed_everything": results["seed"],
+            "trainer": {"max_epochs": 20},
+            "model": {"init_args": {"alpha": results["alpha"], "optim": {"lr": 0.01},
+                                    "co_lambda": 0.9, "variance_scope": "global"}},
+            "data": {"init_args": {"data_dir": "data"}},
+        }  # fmt: skip
+        if results["method"].endswith("-VRNL") and results["seed"] == seed:
+            node = config
+            for key in where[:-1]:
+                node = node[key]
+            node[where[-1]] = value
+        (file.parent / "config.yaml").write_text(yaml.safe_dump(config))
+    text = report(tmp_path, "--paired", "--format", "csv")
+    row = next(r for r in csv.DictReader(io.StringIO(text)) if r["kind"] == "paired")
+    by_seed = {0: 0.5, 1: 1.0, 2: 1.5}
+    kept = [s for s in by_seed if pairs or s != seed]
+    assert row["n"] == str(len(kept))
+    assert float(row["mean"]) == pytest.approx(sum(by_seed[s] for s in kept) / len(kept))
+    markdown = report(tmp_path, "--paired")
+    option = ".".join(where)
+    if pairs:
+        assert "no pair" not in markdown
+    else:
+        assert f"seed(s) {seed}, whose two runs differ in more than VRNL's options" in markdown
+        assert f"{option} = {value} / " in markdown
+
+
 @pytest.mark.parametrize("other", [None, 0, 2])
 def test_runs_in_other_precisions_are_named_in_the_cell_and_the_pair(tmp_path: Path, other) -> None:
     """A cell whose seeds ran in different precisions (``execution.precision``: ``auto`` gives
