@@ -104,6 +104,16 @@ class CORES(NoisyLabelMethod):
             return top * (t - start) / (ramp - 1) if ramp > 1 else top
         return top
 
+    def val_loss_changes(self) -> str | None:
+        """``β_t`` weights the confidence term by the epoch."""
+        betas = {self.beta_at(t) for t in range(int(self.schedule.main_epochs))}
+        if len(betas) > 1:
+            return (
+                "its loss subtracts β_t times the prior-weighted cross-entropy, and β_t changes "
+                "over the epochs (--model.beta_start, --model.beta_ramp_epochs)"
+            )
+        return None
+
     def inert_options(self) -> list[tuple[str, str]]:
         """The sieve past the end of the method's stage; the regularizer's options where
         ``β_t`` is 0 in every epoch of it (``beta`` 0, or ``beta_start`` past its end)."""

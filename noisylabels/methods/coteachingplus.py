@@ -69,6 +69,17 @@ class CoTeachingPlus(SmallLossMethod):
             inert += [("init_epochs", reason), ("loss", reason)]
         return inert
 
+    def val_loss_changes(self) -> str | None:
+        """With ``loss: softmax_ce``, the plain epochs' cross-entropy becomes the cross-entropy
+        of the softmax once the disagreement stage begins."""
+        if self.loss_kind == "softmax_ce" and 0 < self.init_epochs < int(self.schedule.main_epochs):
+            return (
+                f"its loss is the cross-entropy for its first {self.init_epochs} epochs "
+                "(--model.init_epochs), then the cross-entropy of the softmax (--model.loss "
+                "softmax_ce)"
+            )
+        return None
+
     def on_train_epoch_start(self) -> None:
         super().on_train_epoch_start()
         stage_epoch = self.current_epoch - self.warmup_length()

@@ -106,6 +106,18 @@ class Peer(NoisyLabelMethod):
         self.peer_alpha = float(peer_alpha)
         self.peer_alpha_segments = [tuple(p) for p in peer_alpha_segments or []]
 
+    def val_loss_changes(self) -> str | None:
+        """``peer_alpha_segments`` weights the peer term by the epoch."""
+        if not self.peer_alpha_segments:
+            return None
+        epochs = range(int(self.schedule.main_epochs))
+        if len({alpha_schedule(self.peer_alpha_segments, e) for e in epochs}) > 1:
+            return (
+                "its peer term's weight α_peer changes over the epochs "
+                "(--model.peer_alpha_segments)"
+            )
+        return None
+
     def inert_options(self) -> list[tuple[str, str]]:
         """``peer_alpha`` where ``peer_alpha_segments`` gives every epoch's ``α_peer``."""
         inert = super().inert_options()

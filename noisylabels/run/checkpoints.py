@@ -70,6 +70,20 @@ class WarmupAwareCheckpoint(ModelCheckpoint):
         super().__init__(*args, **kwargs)
         check_direction(self.monitor, self.mode)
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Refuse selecting by ``val/loss`` where the method's validation loss changes its
+        definition over the epochs it would select among (``val_loss_changes``)."""
+        changes = getattr(pl_module, "val_loss_changes", None)
+        reason = changes() if self.monitor == "val/loss" and callable(changes) else None
+        if reason:
+            raise InputError(
+                f"--checkpoint.monitor val/loss with {type(pl_module).__name__}: {reason}, so "
+                "the validation losses of two epochs are not one loss and the best checkpoint "
+                "would be chosen across definitions; select by --checkpoint.monitor val/acc "
+                "--checkpoint.mode max (the default)"
+            )
+        super().setup(trainer, pl_module, stage)
+
     def check_monitor_top_k(self, trainer: L.Trainer, current: Tensor | None = None) -> bool:
         if getattr(trainer.lightning_module, "in_warmup", False):
             return False

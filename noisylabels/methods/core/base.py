@@ -202,6 +202,15 @@ class NoisyLabelMethod(StagedModule):
         reason = "alpha is 0: the base method, with no variance term"
         return [("variance_scope", reason), ("weight_warning", reason)]
 
+    def val_loss_changes(self) -> str | None:
+        """Why this run's validation loss (``val/loss``: the method's per-sample loss on the
+        noisy validation set) is not one function of the model over the epochs of the method's
+        stage — a term weighted by a schedule, a loss switched mid-stage —, so that the losses
+        of two epochs do not compare and ``--checkpoint.monitor val/loss`` is refused
+        (:class:`~noisylabels.run.checkpoints.WarmupAwareCheckpoint`); ``None`` (the default):
+        it is."""
+        return None
+
     def check_options_used(self) -> None:
         """Refuse an option given a value the run would never use (:meth:`inert_options`);
         not under ``fast_dev_run``, whose one epoch of each stage is no run of the method."""
