@@ -55,7 +55,7 @@ def mixed_cells(records: Iterable[Record], rows: Sequence[str], cols: Sequence[s
     for (row, col), members in cells.items():
         if len(members) < 2:
             continue
-        flats = [_flatten(member.config) for member in members]
+        flats = [flat_config(member.config) for member in members]
         common = set.intersection(*(set(flat) for flat in flats)) - set(CELL_OPTIONS_IGNORED)
         differences = []
         for key in sorted(common):
