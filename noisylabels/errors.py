@@ -71,6 +71,8 @@ def user_error(exc: BaseException) -> NoisyLabelsError | None:
     return None
 
 
+NON_FINITE = ("nan", "inf", "infinity")
+
 _SKIPPED = (
     "Does not validate against any of the Union subtypes",
     "Subtypes:",
@@ -102,6 +104,12 @@ def condense_parse_error(message: str) -> str:
         else:
             details.append(line)
     text = "; ".join(details) or message.strip()
+    got = re.search(r"Got value: (\S+)", text)
+    value = got.group(1).rstrip(".") if got else given
+    if value is not None and value.strip().lower().lstrip("+-") in NON_FINITE and "float" in text:
+        # jsonargparse refuses NaN and infinity for a float, then says it expected a float
+        text = f"{value.strip()} is not a finite number: give a finite value"
+        given = None
     text = re.sub(r"Expected a <class '([\w.]+)'>", r"expected a value of type \1", text)
     text = re.sub(r"<class '([\w.]+)'>", r"\1", text)
     if (

@@ -57,6 +57,19 @@ def run_as_command(
 ) -> int:
     """Run ``noisylabels ARGV`` in a forked child; its exit status (minus the signal that
     ended it, as :mod:`subprocess` reports it)."""
+    pid = start_command(argv, stderr_file, stdout_file, cwd, read_only)
+    _, wait_status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(wait_status)
+
+
+def start_command(
+    argv: list[str],
+    stderr_file: Path,
+    stdout_file: Path | None = None,
+    cwd: str | None = None,
+    read_only: list[str] | None = None,
+) -> int:
+    """Start ``noisylabels ARGV`` in a forked child; its PID."""
     pid = os.fork()
     if pid == 0:  # the child: the real command's path, from sys.argv
         status = 1
@@ -85,8 +98,7 @@ def run_as_command(
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(status)
-    _, wait_status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(wait_status)
+    return pid
 
 
 # what a fit imports on first use (its figures, the TensorBoard logger, the digits, DivideMix's
@@ -133,6 +145,14 @@ def serve() -> None:
     warm_up()
     for line in sys.stdin:
         request = json.loads(line)
+        if "together" in request:  # several command lines started at once
+            pids = [
+                start_command(r["argv"], Path(r["stderr"]), Path(r["stdout"]), r.get("cwd"))
+                for r in request["together"]
+            ]
+            statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+            print(json.dumps({"statuses": statuses}), flush=True)
+            continue
         status = run_as_command(
             request["argv"],
             Path(request["stderr"]),
@@ -202,3 +222,35 @@ def run_command(
 
 if __name__ == "__main__":
     serve()
+
+
+def run_commands_together(
+    argvs: Sequence[list[str]], cwd: Path = REPO, threads: int = 1
+) -> list[subprocess.CompletedProcess]:
+    """Several ``noisylabels`` command lines started at the same moment, each as the real
+    command in a process of its own (as :func:`run_command`); what :func:`subprocess.run`
+    returns for each, once all have ended."""
+    server = _server(threads)
+    with tempfile.TemporaryDirectory() as folder:
+        files = [(Path(folder) / f"out{i}", Path(folder) / f"err{i}") for i in range(len(argvs))]
+        together = [
+            {
+                "argv": [str(a) for a in argv],
+                "stdout": str(out),
+                "stderr": str(err),
+                "cwd": str(cwd),
+            }  # fmt: skip
+            for argv, (out, err) in zip(argvs, files, strict=True)
+        ]
+        server.stdin.write(json.dumps({"together": together}) + "\n")
+        server.stdin.flush()
+        answer = server.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the command process ended (status {server.wait()})")
+        statuses = json.loads(answer)["statuses"]
+        done = []
+        for argv, (out, err), status in zip(argvs, files, statuses, strict=True):
+            stdout = out.read_text(errors="replace") if out.exists() else ""
+            stderr = err.read_text(errors="replace") if err.exists() else ""
+            done.append(subprocess.CompletedProcess(["noisylabels", *argv], status, stdout, stderr))
+    return done

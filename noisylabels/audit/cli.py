@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"K of the cross-validation behind --score posterior (default {DEFAULT_FOLDS})",
     )
     p.add_argument(
+        "--include-unhealthy",
+        action="store_true",
+        help="audit a run whose health is not 'ok' (it stopped learning: its scores are a "
+        "model's at chance), with a warning; refused without it",
+    )
+    p.add_argument(
         "--data.data_dir",
         dest="data_dir",
         metavar="DIR",
@@ -158,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         "classes": args.classes,
         "folds": folds,
         "data_dir": args.data_dir,
+        "unhealthy": args.include_unhealthy,
         "log": print,
     }
     if args.config and args.run_dir:

@@ -53,7 +53,9 @@ from noisylabels.data.files import load_image
 from noisylabels.errors import InputError, StorageError
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.cli import lightning_command
+from noisylabels.run.lock import hold
 from noisylabels.run.storage import STORAGE_ERRNOS, free_space, replacing, save_torch
+from noisylabels.verdicts import OK, results_health
 
 
 @dataclass
@@ -116,6 +118,7 @@ def audit(
     folds: int = DEFAULT_FOLDS,
     data_dir: str | None = None,
     grid: bool = True,
+    unhealthy: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> LabelIssues:
     """Rank the training labels of the finished run ``run`` by ``score`` (see
@@ -127,7 +130,10 @@ def audit(
         classes: audit only the labels given these classes (names or numbers); the files are
             then ``label_issues_<classes>.csv``/``.png`` (e.g. ``label_issues_cat+emu.csv``),
             and the ranking of every class, ``label_issues.csv``, is left as it is.
-        folds: K of the cross-validation behind ``score="posterior"``.
+        folds: K of the cross-validation behind ``score="posterior"``: from 2 to the number
+            of training labels of the smallest class (every fold holds each class).
+        unhealthy: audit a run whose health is not ``"ok"`` (it stopped learning: its ranking
+            is of a model at chance), with a warning; refused otherwise.
         data_dir: where the run's dataset is now (default: its config's ``data_dir``); the
             images of the grid and the files of an image folder are read from there.
     """
@@ -137,6 +143,9 @@ def audit(
     if score == "posterior":
         check_folds(folds)  # before anything is read
     folder = read_run(run)
+    check_health(folder, unhealthy, log)
+    if score == "posterior":
+        check_folds_fit(folder, folds)
     check_writable(folder.path)  # before any image is read or any fold trained
     dm: NoisyDataModule | None = None
     if grid or issubclass(data_class(folder), ImageFileDataModule):
@@ -222,12 +231,47 @@ def check_writable(folder: Path) -> None:
     raise _cannot_write(folder, errno.EROFS if read_only else errno.EACCES)
 
 
+def check_health(folder: RunFolder, unhealthy: bool, log: Callable[[str], None] | None) -> None:
+    """Refuse a run whose health is not ``"ok"`` (as ``results.json`` records it, or as the
+    rule judges a run that recorded none) unless ``unhealthy``; then say so."""
+    health = folder.results.get("health")
+    verdict = results_health(folder.results) if health is None else str(health)
+    if verdict == OK:
+        return
+    if not unhealthy:
+        raise InputError(
+            f"{folder.path} is a run that did not learn ({verdict}): the scores of its labels "
+            "are those of a model at chance, and would rank them as noise. Audit a healthy run, "
+            "or pass --include-unhealthy to audit it anyway"
+        )
+    if log is not None:
+        log(f"warning: auditing {folder.path}, a run that did not learn ({verdict})")
+
+
+def check_folds_fit(folder: RunFolder, folds: int) -> None:
+    """Refuse more folds than the smallest class of the run's training labels has samples (a
+    fold would hold none of it, and more folds than samples never end)."""
+    labels = folder.noisy_labels[folder.train_indices]
+    counts = torch.bincount(labels, minlength=folder.num_classes)
+    present = counts[counts > 0]
+    smallest = int(present.min()) if len(present) else 0
+    if folds > smallest:
+        label = int(torch.nonzero(counts == smallest)[0])
+        raise InputError(
+            f"--folds {folds}: the run's training split has {smallest} label(s) of its smallest "
+            f"class ({label}), so a fold would hold none of that class; give --folds {smallest} "
+            "or fewer (5 is usual)"
+        )
+
+
 @contextmanager
 def writing_into(folder: Path) -> Iterator[None]:
-    """Writes of the audit's files into the run folder ``folder``: a full disk or a folder
-    that cannot be written is a :class:`StorageError` naming the folder."""
+    """Writes of the audit's files into the run folder ``folder``, holding its lock (one
+    writer of a run folder at a time): a full disk or a folder that cannot be written is a
+    :class:`StorageError` naming the folder."""
     try:
-        yield
+        with hold(folder, "noisylabels audit", doing="this audit"):
+            yield
     except OSError as err:
         if err.errno not in STORAGE_ERRNOS:
             raise

@@ -11,20 +11,18 @@ run's labels fails with a :class:`~noisylabels.errors.InputError` or
 from __future__ import annotations
 
 import importlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from noisylabels.data import ImageFileDataModule, NoisyDataModule
-from noisylabels.errors import InputError, MissingFileError, load_error_summary
+from noisylabels.errors import InputError, MissingFileError
+from noisylabels.reading import UnreadableFile, load_torch, read_json, read_yaml
 from noisylabels.run.artifacts import DYNAMICS_FILE, NOISE_FILE
 from noisylabels.run.defaults import CONFIG_FILE
 from noisylabels.run.rules import RESULTS_FILE, UNFINISHED
-from noisylabels.yamlio import load_yaml
 
 
 @dataclass
@@ -102,12 +100,9 @@ class RunFolder:
 def load_pt(path: Path) -> Any:
     """A ``.pt`` file of a run, loaded without running code; a damaged file is a user error."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many kinds for a damaged or hostile file
-        raise InputError(
-            f"{path} cannot be read ({load_error_summary(err)}); it is damaged or not a file "
-            "noisylabels wrote: train the run again"
-        ) from err
+        return load_torch(path, "")
+    except UnreadableFile as err:
+        raise UnreadableFile(f"{err}; train the run again", path) from None
 
 
 def read_run(path: str | Path) -> RunFolder:
@@ -129,10 +124,12 @@ def read_run(path: str | Path) -> RunFolder:
             "`noisylabels fit` writes; give the folder of a run made by `noisylabels fit`"
         )
     try:
-        results = json.loads((folder / RESULTS_FILE).read_text())
-        config = load_yaml((folder / CONFIG_FILE).read_text())
-    except (ValueError, yaml.YAMLError) as err:
-        raise InputError(f"cannot read the run files of {folder} ({err}); train it again") from err
+        results = read_json(folder / RESULTS_FILE, "")
+        config = read_yaml(folder / CONFIG_FILE, "")
+    except UnreadableFile as err:
+        raise UnreadableFile(f"{err}; train the run again", err.path) from None
+    if not isinstance(results, dict):
+        raise InputError(f"{folder / RESULTS_FILE} is not a run's results (not a JSON object)")
     noise = load_pt(folder / NOISE_FILE)
     if not isinstance(noise, dict) or "noisy_labels" not in noise or "train_indices" not in noise:
         raise InputError(f"{folder / NOISE_FILE} is not the noise record of a run")

@@ -36,7 +36,7 @@ from noisylabels.data.memory import (
 )
 from noisylabels.data.samplers import shard_sampler
 from noisylabels.data.transforms import BatchTransform, evaluation_batches
-from noisylabels.errors import InputError
+from noisylabels.errors import InputError, MissingFileError, NoisyLabelsError
 from noisylabels.noise import (
     UNKNOWN_LABEL,
     DataFacts,
@@ -235,8 +235,29 @@ class NoisyDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------ Lightning hooks
     def prepare_data(self) -> None:
-        if self.download:
+        """With ``download``, fetch the dataset (:meth:`fetch`); a download that fails (no
+        network, a server that refuses) is a :class:`~noisylabels.errors.MissingFileError`
+        saying where to put the files instead."""
+        if not self.download:
+            return
+        try:
             self.fetch()
+        except NoisyLabelsError:
+            raise
+        except (OSError, RuntimeError, ValueError) as err:  # urllib's, torchvision's checks
+            reason = " ".join(str(err).split())[:200] or type(err).__name__
+            try:
+                self.load()
+            except MissingFileError as missing:
+                layout = str(missing).split("\nPass --data.download")[0]
+            else:
+                return  # the files are there after all
+            raise MissingFileError(
+                f"--data.download true could not fetch {type(self).__name__} ({reason}): this "
+                "machine has no network, or the server refused. Download it where there is "
+                "network and copy it here, then run without --data.download.\n"
+                f"{layout}\nPoint --data.data_dir at the folder that holds this layout."
+            ) from None
 
     def setup(self, stage: str | None = None) -> None:
         if self.data is not None:

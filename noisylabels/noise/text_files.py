@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from noisylabels.errors import InputError
+from noisylabels.reading import LIMITS, read_bytes
 
 __all__ = ["read_text"]
 
@@ -22,10 +23,7 @@ def read_text(path: Path, what: str) -> str:
     UTF-8 (a leading byte-order mark dropped). Raises
     :class:`~noisylabels.errors.InputError` naming the file for UTF-16 or other non-UTF-8
     content, and for a file that cannot be read."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as err:
-        raise InputError(f"{what} {path} cannot be read: {err.strerror or err}") from None
+    data = read_bytes(path, what, LIMITS["text"])  # a regular file, within its limit
     if data.startswith(_UTF16_MARKS) or (len(data) > 1 and b"\x00" in data[:64]):
         raise InputError(
             f"{what} {path} is UTF-16 text (as some programs save 'Unicode text'); save it as "

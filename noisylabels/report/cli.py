@@ -167,6 +167,21 @@ def nothing_left(screened: Screened, where: str, what: str) -> InputError:
     )
 
 
+def check_fields(records: list[Any], rows: list[str], cols: list[str]) -> None:
+    """Refuse a field of ``--rows``/``--cols`` that no run has (a misspelt one would put every
+    run into one "—" cell), listing the fields the runs have."""
+    fields = sorted({name for record in records for name in record.fields})
+    for option, names in (("--rows", rows), ("--cols", cols)):
+        for name in names:
+            if name in fields or any(record.get(name) is not None for record in records):
+                continue
+            raise InputError(
+                f"{option} {','.join(names)}: no run has a field {name!r}; the runs' fields are "
+                f"{', '.join(fields)}, and any option of their config.yaml by its dotted name "
+                "(e.g. model.alpha, data.noise_rate)"
+            )
+
+
 def report(args: Any, skipped: list[str] | None = None) -> str:
     """The report the parsed ``args`` describe, as text (the bias figure: its path); runs left
     out as damaged are appended to ``skipped``. The runs left out of the means (and those
@@ -202,6 +217,7 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
     cols = [f for f in args.cols.split(",") if f]
     if not rows or set(rows) & set(cols):
         raise InputError("--rows needs a field, and no field may be in both --rows and --cols")
+    check_fields(records, rows, cols)
     if args.kind == "runs":
         if not records:
             raise InputError(f"no finished run under {where}")

@@ -19,19 +19,16 @@ socket or device named like a run's file is a :class:`DamagedRun`, never opened.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from noisylabels.errors import InputError, MissingFileError
+from noisylabels.errors import MissingFileError
+from noisylabels.reading import UnreadableFile, read_json, read_yaml
 from noisylabels.report.problems import (
     EPS_T,
     METRIC_PROBLEM,
@@ -43,7 +40,6 @@ from noisylabels.report.problems import (
     protocol_problems,
     selection_problem,
 )
-from noisylabels.yamlio import load_yaml
 
 # the run files of run/ and sweep/, named again here: a report reads them without torch
 RESULTS_FILE = "results.json"
@@ -136,79 +132,29 @@ class Record:
         return None
 
 
-class DamagedRun(InputError):
+class DamagedRun(UnreadableFile):
     """A run's file that cannot be read into a record (damaged, empty, not a regular file, not
     what it should be); the message names the file."""
 
 
-def _file_kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a named pipe (FIFO)"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return kind
-    return "not a file"
-
-
-def read_regular(file: Path) -> str:
-    """The UTF-8 text of ``file``, a regular file (a symbolic link is followed);
-    :class:`DamagedRun` naming it otherwise. A named pipe, socket or device is never opened (a
-    pipe without a writer blocks a reader for ever): it is looked at with ``stat``, and the file
-    opened is checked again, in case it was replaced in between."""
-    try:
-        mode = os.stat(file).st_mode
-    except OSError as err:
-        raise DamagedRun(f"{file} cannot be read: {err.strerror or err}") from None
-    if not stat.S_ISREG(mode):
-        raise DamagedRun(f"{file} is {_file_kind(mode)}, not a regular file")
-    try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except OSError as err:
-        raise DamagedRun(f"{file} cannot be read: {err.strerror or err}") from None
-    with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(handle.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise DamagedRun(f"{file} is {_file_kind(mode)}, not a regular file")
-        try:
-            data = handle.read()
-        except OSError as err:
-            raise DamagedRun(f"{file} cannot be read: {err.strerror or err}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise DamagedRun(f"{file} cannot be read: {err}") from None
-
-
 def _read_json(file: Path) -> dict[str, Any]:
     """A JSON object from ``file``; :class:`DamagedRun` naming it otherwise."""
-    text = read_regular(file)
-    if not text.strip():
-        raise DamagedRun(f"{file} is empty")
     try:
-        content = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise DamagedRun(
-            f"{file} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
-        ) from None
-    except (ValueError, RecursionError) as err:  # a number of >4300 digits, nesting too deep
-        raise DamagedRun(f"{file} cannot be read as JSON: {str(err).split(':')[0]}") from None
+        content = read_json(file, "")
+    except UnreadableFile as err:
+        raise DamagedRun(str(err)) from None
     if not isinstance(content, dict):
         raise DamagedRun(f"{file} holds a JSON {type(content).__name__}, not a run's results")
     return content
 
 
 def _read_config(file: Path) -> dict[str, Any]:
-    if not file.exists():
+    if not os.path.lexists(file):
         return {}
     try:
-        config = load_yaml(read_regular(file))
-    except yaml.YAMLError as err:
-        summary = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise DamagedRun(f"{file} cannot be read as YAML: {summary}") from None
+        config = read_yaml(file, "")
+    except UnreadableFile as err:
+        raise DamagedRun(str(err)) from None
     if config is not None and not isinstance(config, dict):
         raise DamagedRun(f"{file} is not a config (not a mapping)")
     return config or {}

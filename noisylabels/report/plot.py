@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noisylabels.report.collect import RESULTS_FILE, VRNL_SUFFIX
+from noisylabels.reading import LIMITS, UnreadableFile, read_json, read_text, read_yaml
+from noisylabels.report.collect import CONFIG_FILE, RESULTS_FILE, VRNL_SUFFIX
 from noisylabels.report.writing import out_error
-from noisylabels.yamlio import load_yaml
 
 # the statistics file of a run folder, as SubsetStatistics names it
 # (noisylabels.callbacks.subset_stats.CSV_FILE); named here, as report names the files it reads,
@@ -94,27 +96,26 @@ def find_statistics_dir(run_dir: Path) -> Path:
 def _run_method(event_dir: Path) -> tuple[str | None, float | None]:
     """The run's method as ``results.json`` names it (``Forward-VRNL``; for a run not finished
     yet, its class with ``-VRNL`` where α is not 0) and its α, from the run's files."""
-    import json
-
-    import yaml
-
     args: dict[str, Any] = {}
     method = None
+    config: Any = None
+    results: Any = None
     try:
-        config = load_yaml((event_dir / "config.yaml").read_text()) or {}
-        model = config.get("model") or {}
-        args = model.get("init_args") or {}
+        if os.path.lexists(event_dir / CONFIG_FILE):
+            config = read_yaml(event_dir / CONFIG_FILE, "")
+        if os.path.lexists(event_dir / RESULTS_FILE):
+            results = read_json(event_dir / RESULTS_FILE, "")
+    except UnreadableFile as err:  # the curves are still the run's: its label is the folder's
+        print(f"noisylabels plot: {err}; its curves are labelled by its folder", file=sys.stderr)
+    model = config.get("model") if isinstance(config, dict) else None
+    if isinstance(model, dict):
+        args = model.get("init_args") if isinstance(model.get("init_args"), dict) else {}
         method = str(model.get("class_path", "")).rsplit(".", 1)[-1] or None
-    except (OSError, yaml.YAMLError, AttributeError):
-        pass
     alpha = args.get("alpha") if isinstance(args.get("alpha"), (int, float)) else None
     if method and alpha:
         method += VRNL_SUFFIX
-    try:
-        results = json.loads((event_dir / RESULTS_FILE).read_text())
-        method = str(results["method"]) if isinstance(results, dict) else method
-    except (OSError, ValueError, KeyError):
-        pass
+    if isinstance(results, dict) and results.get("method") is not None:
+        method = str(results["method"])
     return method, alpha
 
 
@@ -133,12 +134,19 @@ def read_csv_series(path: Path) -> dict[str, tuple[list[int], list[float]]]:
     """The statistics of a ``subsets.csv``: ``series[tag] = (epochs from 1, values)``; empty
     cells (a subset without samples) are left out, a repeated epoch keeps its last row."""
     by_tag: dict[str, dict[int, float]] = {}
-    with Path(path).open(newline="") as fh:
-        for row in csv.DictReader(fh):
+    text = read_text(path, "", LIMITS["json"])
+    try:
+        for row in csv.DictReader(io.StringIO(text, newline="")):
             epoch = int(row.pop("epoch"))
             for name, value in row.items():
                 if name and value not in (None, ""):
                     by_tag.setdefault(name, {})[epoch] = float(value)
+    except (KeyError, TypeError, ValueError, csv.Error) as err:
+        raise UnreadableFile(
+            f"run file {path} is not the statistics table a run writes ({type(err).__name__}: "
+            f"{err})",
+            path,
+        ) from None
     return {
         name: ([e + 1 for e in sorted(steps)], [steps[e] for e in sorted(steps)])
         for name, steps in by_tag.items()

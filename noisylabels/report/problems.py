@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from noisylabels.verdicts import NO_ACCURACY, OK, results_health
+
 METRIC_PROBLEM = "metric"  # one metric's value (Problem.metric: a METRICS name, or "eps_t")
 UNHEALTHY = "unhealthy"  # its health is not "ok" (--include-unhealthy admits it)
 SHORT = "short"  # fewer epochs than its protocol's (--include-short admits it)
@@ -94,10 +96,27 @@ def eps_t_of(results: Mapping[str, Any]) -> tuple[float | None, str | None]:
     return float(value), None
 
 
+JUDGED = ("val_acc", "test_acc", "test_acc_last")  # what results_health reads
+
+
+def _accuracy(value: Any) -> bool:
+    return _is_number(value) and finite(value) and 0 <= value <= 1
+
+
 def health_problems(results: Mapping[str, Any]) -> list[Problem]:
-    """The run's ``health`` when it is not ``"ok"`` (none recorded: no problem)."""
+    """The run's ``health`` when it is not ``"ok"``; a run that records none (``null``, or no
+    ``health``: written before runs recorded it, or edited) is judged by the rule its run would
+    have applied (:func:`noisylabels.verdicts.results_health`), and its verdict, where not ok,
+    is the problem."""
     health = results.get("health")
-    if health is None or health == "ok":
+    if health is None:
+        # judged on the accuracies that are accuracies (another value is a problem of its own)
+        judged = {k: v for k, v in results.items() if k not in JUDGED or _accuracy(v)}
+        verdict = results_health(judged)
+        if verdict == OK or verdict == NO_ACCURACY:
+            return []
+        return [Problem(UNHEALTHY, f"health not recorded; judged from its accuracies: {verdict}")]
+    if health == OK:
         return []
     if isinstance(health, str) and health.strip():
         return [Problem(UNHEALTHY, "health: " + " ".join(health.split()))]  # on one line

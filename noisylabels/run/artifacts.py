@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from noisylabels.callbacks import SampleDynamics
@@ -25,6 +26,7 @@ __all__ = [
     "ERROR_FILE",
     "ESTIMATE_FILE",
     "NOISE_FILE",
+    "differing_entries",
     "log_hp_metric",
     "noise_record",
     "run_dir",
@@ -42,6 +44,31 @@ def noise_record(datamodule: Any) -> dict[str, Any] | None:
     if not isinstance(datamodule, NoisyDataModule):
         return None
     return datamodule.noise_state()
+
+
+def differing_entries(saved: Any, record: dict[str, Any]) -> list[str]:
+    """The entries in which ``saved`` (a ``noise.pt`` read back) differs from ``record`` (the
+    noise a run regenerates, :func:`noise_record`): a tensor of another shape, type or value,
+    another number or name, an entry missing or added; ``["its content"]`` where ``saved`` is
+    not a mapping."""
+    if not isinstance(saved, dict):
+        return ["its content (not a mapping of entries)"]
+    out = []
+    for key in sorted(set(saved) | set(record), key=str):
+        a, b = saved.get(key), record.get(key)
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            same = (
+                isinstance(a, torch.Tensor)
+                and isinstance(b, torch.Tensor)
+                and a.shape == b.shape
+                and a.dtype == b.dtype
+                and torch.equal(a.cpu(), b.cpu())
+            )
+        else:
+            same = key in saved and key in record and a == b
+        if not same:
+            out.append(str(key))
+    return out
 
 
 def transition_estimate(model: Any) -> dict[str, Any]:

@@ -69,6 +69,22 @@ class WarmupAwareCheckpoint(ModelCheckpoint):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         check_direction(self.monitor, self.mode)
+        self._replaced: list[str] = []
+
+    def _remove_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        """A best checkpoint replaced by a better one is removed once the run's ``last.ckpt``
+        no longer refers to it (:meth:`remove_replaced`, at the end of the epoch), so that a run
+        killed in between keeps the checkpoint its last state selected."""
+        self._replaced.append(filepath)
+
+    def remove_replaced(self, trainer: L.Trainer) -> None:
+        """Remove the best checkpoints replaced since the last call (the run record calls it
+        after writing ``last.ckpt``); one this callback selected again is kept."""
+        current = {str(p) for p in (self.best_model_path, *self.best_k_models) if p}
+        for path in self._replaced:
+            if path not in current:
+                trainer.strategy.remove_checkpoint(path)
+        self._replaced = []
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Refuse selecting by ``val/loss`` where the method's validation loss changes its

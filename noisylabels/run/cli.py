@@ -31,6 +31,7 @@ from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, option_error, user_error
 from noisylabels.methods import NoisyLabelMethod, describe_methods
 from noisylabels.methods.core.groups import OPTION_GROUPS, option_group_of
+from noisylabels.reading import parse_yaml
 from noisylabels.run import identity, resume, searches
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.chatter import drop_tips
@@ -44,10 +45,15 @@ from noisylabels.run.compose import (
 from noisylabels.run.defaults import class_path
 from noisylabels.run.devices import device_error
 from noisylabels.run.fit import fit_and_test
+from noisylabels.run.lock import hold
 from noisylabels.run.loggers import fill_save_dirs, logger_keys, share_run_folder
 from noisylabels.run.predictions import PREDICTIONS_FILE, PredictionWriter
-from noisylabels.run.rules import check_run_length, folder_problem
-from noisylabels.yamlio import load_yaml
+from noisylabels.run.rules import (
+    check_gradient_clip,
+    check_precision,
+    check_run_length,
+    folder_problem,
+)
 
 # one device where a config does not say otherwise; the epochs of the method's stage schedule
 # and a run folder named after the config's data and method (runs/<dataset>_<method>) where no
@@ -268,6 +274,8 @@ class NoisyLabelsCLI(LightningCLI):
         trainer = config.get("trainer")
         if trainer is not None and trainer.get("max_epochs") is None and config.get("model"):
             trainer["max_epochs"] = schedule_epochs(config.get("model"))
+        if trainer is not None:
+            check_precision(trainer.get("precision"))
         if trainer is not None and trainer.get("precision") is None:
             trainer["precision"] = auto_precision(trainer.get("accelerator"))
         if trainer is not None and not trainer.get("default_root_dir"):
@@ -278,6 +286,7 @@ class NoisyLabelsCLI(LightningCLI):
             fill_save_dirs(trainer.get("logger"), str(trainer["default_root_dir"]))
         if self.subcommand == "fit" and trainer is not None:
             check_run_length(trainer)
+            check_gradient_clip(trainer.get("gradient_clip_val"))
             problem = folder_problem(Path(trainer["default_root_dir"]))
             if problem is not None:
                 raise InputError(problem.replace("the run folder", "--trainer.default_root_dir"))
@@ -353,7 +362,7 @@ class NoisyLabelsCLI(LightningCLI):
         text = self.parser.dump(
             self.config, "yaml", skip_link_targets=False, skip_none=False, skip_validation=True
         )
-        self.config_dump = load_yaml(text)
+        self.config_dump = parse_yaml(text, "the resolved config")
         if "subcommand" in self.config:
             self.config_dump = self.config_dump[self.config.subcommand]
 
@@ -421,6 +430,20 @@ class NoisyLabelsCLI(LightningCLI):
         if checkpoint is None:
             return {}
         now = identity.of_objects(self.model, self.datamodule, seed=None, trainer_options=None)
+        model = identity.model_differences(checkpoint.identity, now)
+        if model:
+            origin = checkpoint.origin
+            own = (
+                f"`noisylabels {self.subcommand} --config {origin / resume.CONFIG_FILE} "
+                f"--ckpt_path {origin}`"
+                if origin is not None
+                else "the config the checkpoint was trained with"
+            )
+            raise InputError(
+                f"--ckpt_path {checkpoint.path} holds another model than this command builds: "
+                f"it differs in {identity.describe(model)}, so its weights do not load into "
+                f"this one (fit refuses the same). Evaluate it with its own config: {own}"
+            )
         found = identity.evaluation_differences(checkpoint.identity, now)
         if found:
             changed = ", ".join(
@@ -442,7 +465,14 @@ class NoisyLabelsCLI(LightningCLI):
         folder = checkpoint.origin if checkpoint is not None else None
         path = (folder or run_dir(self.trainer)) / PREDICTIONS_FILE
         self.trainer.callbacks.append(PredictionWriter(path))
-        self.trainer.predict(model, datamodule=datamodule, **kwargs)
+        lock = None
+        if self.trainer.is_global_zero:  # the one writer of the folder while it predicts
+            lock = hold(path.parent, "noisylabels predict", doing="this predict")
+        try:
+            self.trainer.predict(model, datamodule=datamodule, **kwargs)
+        finally:
+            if lock is not None:
+                lock.release()
         if self.trainer.is_global_zero:
             print(f"predictions: {path}")
 

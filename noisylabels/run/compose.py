@@ -39,6 +39,7 @@ from jsonargparse import ActionConfigFile
 from jsonargparse import Path as ConfigPath
 
 from noisylabels.errors import InputError, MissingFileError
+from noisylabels.reading import parse_yaml, read_text, regular_file
 
 if TYPE_CHECKING:  # the methods import torch: only a run's epochs need them
     from noisylabels.methods.core.stages import StageSchedule
@@ -55,66 +56,20 @@ def _as_file(value: Any) -> Path | None:
     return path if path.is_file() else None
 
 
-class _DuplicateKey(yaml.YAMLError):
-    """A mapping of a YAML file holds ``key`` twice (1-based ``lines``)."""
-
-    def __init__(self, key: Any, lines: tuple[int, int]) -> None:
-        super().__init__(f"duplicate key {key!r} ({_lines(lines)})")
-        self.key, self.lines = key, lines
-
-
-class UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.safe_load``'s loader, refusing a mapping that holds a key twice (which YAML
-    readers otherwise settle silently by keeping the last value). Keys merged in with ``<<``
-    may be overridden, as YAML intends."""
-
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=deep)
-                line = key_node.start_mark.line + 1
-                try:
-                    if key in seen:
-                        raise _DuplicateKey(key, (seen[key], line))
-                    seen[key] = line
-                except TypeError:  # an unhashable key: SafeLoader's own error follows
-                    continue
-        return super().construct_mapping(node, deep=deep)
-
-
-def _lines(lines: tuple[int, int]) -> str:
-    return (
-        f"both on line {lines[0]}" if lines[0] == lines[1] else f"lines {lines[0]} and {lines[1]}"
-    )
-
-
 @functools.lru_cache(maxsize=512)
-def _parse_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=UniqueKeyLoader)
+def _parse_yaml(text: str, what: str) -> Any:
+    return parse_yaml(text, what, unique_keys=True)
 
 
 def read_yaml(path: Path, what: str = "config file") -> Any:
-    """The content of the YAML file ``path``; :class:`InputError` naming it (as ``what``) and
-    the line where it is not valid YAML, or the key and both lines where a mapping holds a key
-    twice. The file is read each time; a text already parsed in this process is not parsed
-    again (a sweep reads the same few config files for each of its hundreds of runs)."""
-    try:
-        return copy.deepcopy(_parse_yaml(Path(path).read_text()))
-    except _DuplicateKey as err:
-        raise InputError(
-            f"{what} {path} sets {err.key!r} twice in one mapping ({_lines(err.lines)}); "
-            "YAML would keep the last and drop the other silently: remove or rename one"
-        ) from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise InputError(f"{what} {path} is not valid YAML{where}: {problem}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{what} {path} is not a text (YAML) file") from None
+    """The content of the YAML file ``path`` (:func:`noisylabels.reading.read_text` and
+    :func:`~noisylabels.reading.parse_yaml`: a regular file within its size limit, no alias
+    bomb, no key twice in one mapping); :class:`~noisylabels.reading.UnreadableFile` naming it
+    (as ``what``) and what is wrong. The file is read each time; a text already parsed in this
+    process is not parsed again (a sweep reads the same few config files for each of its
+    hundreds of runs)."""
+    text = read_text(path, what)
+    return copy.deepcopy(_parse_yaml(text, f"{what} {path}"))
 
 
 def _yaml_kind(content: Any) -> str:
@@ -155,7 +110,13 @@ def read_composed(path: Path, _stack: tuple[Path, ...] = ()) -> list[tuple[Path,
         chain = " -> ".join(str(p) for p in (*_stack, path))
         raise InputError(f"config files compose each other in a cycle: {chain}")
     content = read_yaml(path)
-    if content is not None and not isinstance(content, dict):
+    if content is None:
+        raise InputError(
+            f"config file {path} is empty (or holds only comments): a config is a mapping of "
+            "sections (trainer:, model:, data:, compose:, ...); check the --config path or the "
+            "compose: list"
+        )
+    if not isinstance(content, dict):
         # never echo the file: it may be anything (a key file, a log) given by mistake
         raise InputError(
             f"config file {path} is not a config: YAML reads it as {_yaml_kind(content)}, "
@@ -169,6 +130,19 @@ def read_composed(path: Path, _stack: tuple[Path, ...] = ()) -> list[tuple[Path,
     for base_path in listed_files(path, content.pop(COMPOSE_KEY), f"'{COMPOSE_KEY}'"):
         parts += read_composed(base_path, (*_stack, path))
     return [*parts, (path, content, True)]
+
+
+def check_config_text(value: Any) -> None:
+    """Refuse a ``--config`` value that names something other than a regular file (a folder, a
+    named pipe), or config text that is no config YAML reads within its limits (an alias bomb):
+    jsonargparse would read either itself, and hang or fail with its own traceback."""
+    if not isinstance(value, (str, os.PathLike)):
+        return
+    text = os.fspath(value)
+    if "\n" not in text and os.path.lexists(os.path.expanduser(text)):
+        regular_file(os.path.expanduser(text), "config file")
+        return
+    parse_yaml(text, "--config text")
 
 
 def config_files(value: Any) -> list[Path]:
@@ -186,9 +160,10 @@ def check_config_files(args: list[str]) -> None:
     """Read the ``--config`` files of a Lightning stage's arguments ``args`` (and the files
     they compose) as the parse will, so that a file that is not valid YAML, not a mapping, or
     composes a missing file or a cycle fails with the parse's own error before the training
-    stack is loaded (seconds); such a file is reported before the errors of other options.
-    Config text, a missing file (the parser names it) and a command asking for help are left to
-    the parser."""
+    stack is loaded (seconds); such a file is reported before the errors of other options, as
+    is a value naming a folder or named pipe, or config text that expands beyond the YAML
+    reader's limits. A missing file (the parser names it) and a command asking for help are left
+    to the parser."""
     if any(a in HELP_OPTIONS or a.endswith(".help") for a in args):
         return
     for i, arg in enumerate(args):
@@ -202,6 +177,8 @@ def check_config_files(args: list[str]) -> None:
         path = _as_file(value)
         if path is not None:
             read_composed(path)
+        else:
+            check_config_text(value)
 
 
 class ComposedConfigFile(ActionConfigFile):
@@ -210,6 +187,8 @@ class ComposedConfigFile(ActionConfigFile):
     @staticmethod
     def apply_config(parser: Any, cfg: Any, dest: str, value: Any) -> None:
         path = _as_file(value)
+        if path is None:
+            check_config_text(value)
         parts = [] if path is None else read_composed(path)
         if len(parts) <= 1:  # config text, or a file that composes nothing
             ActionConfigFile.apply_config(parser, cfg, dest, value)

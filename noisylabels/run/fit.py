@@ -52,9 +52,11 @@ from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError
 from noisylabels.run import resume
 from noisylabels.run.artifacts import log_hp_metric
+from noisylabels.run.claim import claim
 from noisylabels.run.defaults import command_line_callbacks, run_config
 from noisylabels.run.record import LAST, RunRecorder, resume_history
 from noisylabels.run.results import build_results, tail_summary
+from noisylabels.run.rules import check_gradient_clip, check_precision
 from noisylabels.run.stops import StopSignals, refuse_hpc_checkpoints
 from noisylabels.run.storage import storage_error
 
@@ -209,7 +211,67 @@ def fit_and_test(
     start = time.perf_counter()
     if seed is None and os.environ.get("PL_GLOBAL_SEED") is not None:
         seed = int(os.environ["PL_GLOBAL_SEED"])
+    check_precision(trainer.precision)
+    check_gradient_clip(trainer.gradient_clip_val)
     checkpoint = resume_checkpoint(ckpt_path, trainer)
+    created = missing_folders(trainer)  # what the run creates above its folder
+    held = None
+    if trainer.is_global_zero and not trainer.fast_dev_run:  # the one writer: process 0
+        by = f"noisylabels {command[0]}" if command else "noisylabels.run.fit_and_test"
+        held = claim(trainer, checkpoint, by)
+        checkpoint = held.checkpoint
+        if checkpoint is not None and checkpoint.protocol_epochs is not None:
+            protocol_epochs = checkpoint.protocol_epochs  # the first part's protocol holds
+    try:
+        return _fit_and_test(
+            model,
+            datamodule,
+            trainer,
+            checkpoint,
+            weights_only=weights_only,
+            test=test,
+            seed=seed,
+            config=config,
+            config_text=config_text,
+            tail_test_epochs=tail_test_epochs,
+            select_best=select_best,
+            subset_statistics=subset_statistics,
+            command=command,
+            protocol_epochs=protocol_epochs,
+            ckpt_path=ckpt_path,
+            created=created,
+            start=start,
+        )
+    except BaseException:
+        if held is not None:
+            held.release(failed=True)
+            remove_empty(created)
+        raise
+    finally:
+        if held is not None:
+            held.release()
+
+
+def _fit_and_test(
+    model: L.LightningModule,
+    datamodule: L.LightningDataModule,
+    trainer: L.Trainer,
+    checkpoint: resume.Checkpoint | None,
+    *,
+    weights_only: bool | None,
+    test: bool,
+    seed: int | None,
+    config: Mapping[str, Any] | None,
+    config_text: str | None,
+    tail_test_epochs: int,
+    select_best: bool,
+    subset_statistics: bool,
+    command: Sequence[str] | None,
+    protocol_epochs: int | None,
+    ckpt_path: Any,
+    created: list[Path],
+    start: float,
+) -> dict[str, Any] | None:
     added = command_line_callbacks(
         trainer, model, select_best=select_best, subset_statistics=subset_statistics
     )
@@ -222,6 +284,7 @@ def fit_and_test(
         run_options=run_options(trainer, tail_test_epochs),
         seed=seed,
         resume_from=checkpoint,
+        protocol_epochs=protocol_epochs,
     )
     attach_callbacks(trainer, [recorder])
     if config is None:
@@ -233,7 +296,6 @@ def fit_and_test(
             if trainer.is_global_zero and not trainer.fast_dev_run:
                 prepare(datamodule)
             recorder.check(trainer, model, datamodule)  # nothing is written before
-            created = missing_folders(trainer)  # what the run creates above its folder
             try:
                 trainer.fit(
                     model,

@@ -298,6 +298,22 @@ def evaluation_differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> 
     }
 
 
+MODEL_SHAPE = ("model.class", "model.network.", "model.num_classes", "model.input_shape")
+"""The options of a method that decide which weights it has (its class, its network)."""
+
+
+def model_differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, list]:
+    """``{name: [the checkpoint's value, this model's]}`` for the options that decide the
+    weights a model has (:data:`MODEL_SHAPE`) and differ: a checkpoint of such another model
+    does not load into this one."""
+    found = differences(saved, now, known_after_setup=False)
+    return {
+        name: values
+        for name, values in found.items()
+        if name == "model.class" or name.startswith(MODEL_SHAPE)
+    }
+
+
 def _same_value(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 

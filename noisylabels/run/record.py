@@ -43,16 +43,19 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from noisylabels.errors import InputError
 from noisylabels.methods.core.stages import StageSchedule
 from noisylabels.noise import save_transition
+from noisylabels.reading import UnreadableFile, load_torch
 from noisylabels.run import identity as ident
 from noisylabels.run import resume
 from noisylabels.run.artifacts import (
     DYNAMICS_FILE,
     NOISE_FILE,
+    differing_entries,
     noise_record,
     run_dir,
     sample_dynamics,
     transition_estimate,
 )
+from noisylabels.run.checkpoints import WarmupAwareCheckpoint
 from noisylabels.run.defaults import CONFIG_FILE, add_config_text, python_config_text
 from noisylabels.run.execution import execution
 from noisylabels.run.provenance import code_state
@@ -106,6 +109,8 @@ class RunRecorder(Checkpoint):
             ``checkpoint.mode``, ``tail_test_epochs``), flat.
         seed: the training seed.
         resume_from: the checkpoint the run continues from (:func:`noisylabels.run.resume.load`).
+        protocol_epochs: the epochs of the protocol the run was started under (its first part's:
+            a resume passes the checkpoint's), kept in every checkpoint.
     """
 
     def __init__(
@@ -116,8 +121,10 @@ class RunRecorder(Checkpoint):
         run_options: Mapping[str, Any] | None = None,
         seed: Any = None,
         resume_from: resume.Checkpoint | None = None,
+        protocol_epochs: int | None = None,
     ) -> None:
         self.config_text = config_text
+        self.protocol_epochs = protocol_epochs
         self.trainer_options = dict(trainer_options or {})
         self.run_options = dict(run_options or {})
         self.seed = seed
@@ -174,9 +181,64 @@ class RunRecorder(Checkpoint):
         problem, self.in_place = admission(
             run_dir(trainer), self.resume_from, self.identity, trainer.max_epochs, ends
         )
+        if problem is None and self.in_place:
+            problem = self._check_noise_record(trainer, datamodule)
         if problem:
             self._refused = True
             raise InputError(problem)
+        if self.in_place and self.resume_from is not None:
+            self._remove_orphans(trainer)
+
+    def _check_noise_record(self, trainer: L.Trainer, datamodule: Any) -> str | None:
+        """Where the run continues in its own folder: its ``noise.pt`` must hold the noise the
+        run regenerates (its labels, split and T), or it is refused (``None``: it does); a
+        missing one is written again, and said so."""
+        record = noise_record(datamodule)
+        if record is None:
+            return None
+        path = run_dir(trainer) / NOISE_FILE
+        if not os.path.lexists(path):
+            self._write_noise(trainer, datamodule)
+            print(
+                f"noisylabels: {path} was missing; written again from the noise the run "
+                "regenerates (its labels match the run's recorded hash)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None
+        try:
+            saved = load_torch(path, "the run's noise record")
+        except UnreadableFile as err:
+            saved, why = None, str(err)
+        else:
+            differ = differing_entries(saved, record)
+            why = f"it differs from it in {', '.join(differ)}" if differ else None
+        if saved is not None and why is None:
+            return None
+        return (
+            f"{path} is not the noise this run was trained with: the run regenerates its noisy "
+            f"labels from its options (they match the labels' hash its checkpoint recorded), and "
+            f"{why}. It was replaced or altered since the run started, and a run folder holds "
+            "one run's record: restore the run's own noise.pt (or delete it, and the resume "
+            "writes it again), or start a new run"
+        )
+
+    def _remove_orphans(self, trainer: L.Trainer) -> None:
+        """Remove the checkpoint files of the run's folder that its checkpoint refers to
+        nowhere (a best checkpoint saved after the newest state, by a part that was killed
+        before it wrote that state): a resumed run keeps one best checkpoint."""
+        assert self.resume_from is not None
+        folder = self.dirpath(trainer)
+        keep = {LAST, *self.resume_from.kept}
+        for path in sorted(folder.glob("*.ckpt")):
+            if path.name not in keep and path.is_file():
+                path.unlink(missing_ok=True)
+                print(
+                    f"noisylabels: removed {path}: a checkpoint saved after the state the run "
+                    "continues from, which that state does not refer to",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     # ---------------------------------------------------------------- the run
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -199,8 +261,8 @@ class RunRecorder(Checkpoint):
         write_text(run_dir(trainer) / CONFIG_FILE, text)
         add_config_text(trainer, text)
 
-    def _write_noise(self, trainer: L.Trainer) -> None:
-        record = noise_record(trainer.datamodule)
+    def _write_noise(self, trainer: L.Trainer, datamodule: Any = None) -> None:
+        record = noise_record(datamodule if datamodule is not None else trainer.datamodule)
         if record is None:
             return
         folder = run_dir(trainer)
@@ -287,6 +349,11 @@ class RunRecorder(Checkpoint):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.save(trainer, epoch_end=True)
+        # the best checkpoints replaced this epoch go only now that last.ckpt no longer
+        # refers to them: a run killed at any moment leaves the one its last.ckpt names
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, WarmupAwareCheckpoint):
+                callback.remove_replaced(trainer)
 
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
@@ -313,6 +380,7 @@ class RunRecorder(Checkpoint):
             "identity": dict(self.identity),
             "options": dict(self.options),
             "resumes": list(self.resumes),
+            "protocol_epochs": self.protocol_epochs,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -369,10 +437,15 @@ class RunRecorder(Checkpoint):
         if folder is None or not folder.is_dir():
             return
         last = self.dirpath(trainer) / LAST
+        completed = trainer.fit_loop.epoch_progress.current.completed
+        state = (
+            f"at the end of epoch {completed - 1}, its last completed one"
+            if completed
+            else "as it started, before its first epoch completed"
+        )
         how = (
-            f"{last} holds the run at the end of its last completed epoch; continue it with "
-            "`noisylabels fit --config ... --ckpt_path last` (or --ckpt_path "
-            f"{folder})"
+            f"{last} holds the run {state}; continue it with `noisylabels fit --config "
+            f"{folder / CONFIG_FILE} --ckpt_path {folder}`"
             if last.is_file()
             else "it left no checkpoint"
         )

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from noisylabels.errors import InputError, MissingFileError, load_error_summary
+from noisylabels.reading import UnreadableFile, regular_file
 from noisylabels.run import identity
+from noisylabels.run.lock import read_object
 
 LAST = "last"
 HPC = "hpc"
@@ -57,6 +59,16 @@ class Checkpoint:
     options: dict[str, Any] = field(default_factory=dict)
     epochs_done: int | None = None
     resumes: list[dict[str, Any]] = field(default_factory=list)
+    #: the epochs of the protocol the run was started under (its first part's), where recorded
+    protocol_epochs: int | None = None
+    #: the names of the checkpoint files its checkpoint callbacks refer to (the best one)
+    kept: frozenset[str] = frozenset()
+    #: the file as it was read: inode, size, modification time
+    signature: tuple[int, int, int] | None = None
+
+    def changed(self) -> bool:
+        """Whether the file is another than the one read (a run wrote its newest state since)."""
+        return self.signature is not None and _signature(self.path) != self.signature
 
     @property
     def finished(self) -> bool:
@@ -164,6 +176,10 @@ def read(path: Path) -> dict[str, Any]:
     import torch  # start-up time: a sweep reads the names above without loading torch
 
     try:
+        regular_file(path, "--ckpt_path")  # torch.load of a named pipe would wait for ever
+    except UnreadableFile as err:
+        raise InputError(f"{err}. {advice}") from None
+    try:
         content = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         raise InputError(
@@ -191,11 +207,8 @@ def reported(path: Path, origin: Path | None) -> Path:
     which may have changed since), else the path recorded; else ``path``."""
     if origin is None or path.name != CHECKPOINT_FILE:
         return path
-    try:
-        results = json.loads((origin / RESULTS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return path
-    selected = results.get("checkpoint") if isinstance(results, dict) else None
+    results = read_object(origin / RESULTS_FILE)
+    selected = results.get("checkpoint") if results is not None else None
     if not isinstance(selected, str) or not selected:
         return path
     for candidate in (origin / "checkpoints" / Path(selected).name, Path(selected)):
@@ -221,8 +234,30 @@ def epochs_done(content: Mapping[str, Any]) -> int | None:
     return int(done) if isinstance(done, int) else None
 
 
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def referenced_files(content: Mapping[str, Any]) -> frozenset[str]:
+    """The names of the checkpoint files that the checkpoint callbacks of a checkpoint's run
+    refer to (their best and top-k files)."""
+    names: set[str] = set()
+    for state in (content.get("callbacks") or {}).values():
+        if not isinstance(state, Mapping) or "best_model_path" not in state:
+            continue
+        paths = [state.get(k) for k in ("best_model_path", "kth_best_model_path")]
+        paths += list(state.get("best_k_models") or {})
+        names.update(Path(str(p)).name for p in paths if p)
+    return frozenset(names)
+
+
 def load(path: Path, origin: Path | None) -> Checkpoint:
     """Read the checkpoint ``path`` (of the run folder ``origin``, or ``None``)."""
+    signature = _signature(path)
     content = read(path)
     state = run_state(content)
     options = state.get("options")
@@ -236,7 +271,14 @@ def load(path: Path, origin: Path | None) -> Checkpoint:
         options=dict(options),
         epochs_done=epochs_done(content),
         resumes=list(state.get("resumes") or []),
+        protocol_epochs=_int_or_none(state.get("protocol_epochs")),
+        kept=referenced_files(content),
+        signature=signature,
     )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def plain_options(options: Any) -> dict[str, Any]:

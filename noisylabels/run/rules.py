@@ -11,6 +11,7 @@ finished run is never rewritten. :func:`admission` says which, or why not.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from noisylabels.errors import InputError
 from noisylabels.run import identity as ident
 from noisylabels.run import resume
+from noisylabels.run.lock import LOCK_FILE
 
 # the names are here, in a module that loads neither torch nor Lightning, so that a sweep and
 # the audit's command line can name a run's files without loading the training stack
@@ -45,7 +47,7 @@ RUN_FILES = (
 )
 """The files of a run folder, all written by :class:`RunRecorder` (and the checkpoints)."""
 # what a run folder holds before its first checkpoint: such a folder is removed when it fails
-SETUP_FILES = {CONFIG_FILE, NOISE_FILE, TRANSITION_FILE, EMPIRICAL_FILE, "hparams.yaml"}
+SETUP_FILES = {CONFIG_FILE, NOISE_FILE, TRANSITION_FILE, EMPIRICAL_FILE, "hparams.yaml", LOCK_FILE}
 NAME_MAX = 255  # bytes of a file name, where the file system does not say
 
 
@@ -210,4 +212,46 @@ def check_run_length(trainer: Any) -> None:
         raise InputError(
             f"--trainer.min_epochs {min_epochs} is more than --trainer.max_epochs {max_epochs}: "
             "give min_epochs <= max_epochs"
+        )
+
+
+RUNNABLE_PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+"""The precisions every method runs in: float32 weights, and float16 or bfloat16 arithmetic
+under autocast. A "true" half or double precision (``16-true``, ``bf16-true``, ``64-true``)
+converts the weights but not the method's own float32 tensors (T, the statistics), and
+Transformer Engine's needs a library and a GPU that few have."""
+_PRECISION_ALIASES = {"32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "64": "64-true"}
+
+
+def check_precision(precision: Any) -> None:
+    """Refuse a ``--trainer.precision`` that the methods cannot run (:data:`RUNNABLE_PRECISIONS`;
+    ``None``: the default), before anything is built or written."""
+    if precision is None:
+        return
+    name = _PRECISION_ALIASES.get(str(precision), str(precision))
+    if name in RUNNABLE_PRECISIONS:
+        return
+    raise InputError(
+        f"--trainer.precision {precision}: the methods run in {', '.join(RUNNABLE_PRECISIONS)} "
+        "only (float32 weights; float16 or bfloat16 arithmetic under autocast). A 'true' half "
+        "or double precision converts the network but not the method's own float32 tensors (T, "
+        "its statistics), so it fails in the first step; leave --trainer.precision unset (bf16-"
+        "mixed on a GPU with bf16, 32-true elsewhere) or give one of those"
+    )
+
+
+def check_gradient_clip(value: Any) -> None:
+    """Refuse a ``--trainer.gradient_clip_val`` that clips nothing the way it reads: a negative
+    or non-finite bound (``None`` and ``0``: no clipping)."""
+    if value is None or isinstance(value, bool):
+        return
+    try:
+        bound = float(value)
+    except (TypeError, ValueError):
+        return  # the parser refuses what is not a number
+    if not math.isfinite(bound) or bound < 0:
+        raise InputError(
+            f"--trainer.gradient_clip_val {value}: the bound on the gradients' norm (or values) "
+            "must be a finite number >= 0 (0 or unset: no clipping); a negative or non-finite "
+            "bound would be recorded as given and clip nothing"
         )

@@ -23,6 +23,7 @@ so the continued run ends with the results of an uninterrupted one.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -105,6 +106,15 @@ def _cluster_environment(trainer: L.Trainer) -> Any:
     return getattr(getattr(trainer, "_accelerator_connector", None), "cluster_environment", None)
 
 
+LIGHTNING_SIGNALS = "lightning.pytorch.trainer.connectors.signal_connector"
+"""The logger of Lightning's signal handlers, which log "Received SIGTERM" for any stop (a
+Ctrl-C included, which the run turns into a SIGTERM): the run's own line says what stopped it."""
+
+
+def _drop_sigterm_notice(record: logging.LogRecord) -> bool:
+    return "Received SIGTERM" not in record.getMessage()
+
+
 class StopSignals:
     """The signal handlers of one run (see the module docstring); a context manager. After a
     stop, :meth:`describe` says what stopped the run and whether the job was requeued."""
@@ -119,6 +129,7 @@ class StopSignals:
 
     # ---------------------------------------------------------------- install / restore
     def __enter__(self) -> StopSignals:
+        logging.getLogger(LIGHTNING_SIGNALS).addFilter(_drop_sigterm_notice)
         if threading.current_thread() is not threading.main_thread():
             return self  # signal handlers can only be set from the main thread
         environment = _cluster_environment(self.trainer)
@@ -131,6 +142,7 @@ class StopSignals:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        logging.getLogger(LIGHTNING_SIGNALS).removeFilter(_drop_sigterm_notice)
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}

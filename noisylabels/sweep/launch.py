@@ -6,7 +6,7 @@ Every run is its own ``noisylabels fit`` process writing into the run's folder (
 (``OMP_NUM_THREADS``), optionally spread over GPUs; it keeps going past a failed run, prints
 progress (finished / total, failed, stopped, ETA) and returns how every run ended.
 
-Each run's folder is locked while its process lives (``run.lock``, :mod:`noisylabels.sweep.lock`):
+Each run's folder is locked while its process lives (``run.lock``, :mod:`noisylabels.run.lock`):
 a folder that another process writes is left alone. The runs start in their own sessions (a
 terminal's Ctrl-C does not reach them directly): on SIGTERM or SIGINT the sweep starts no new
 run, sends its running runs SIGTERM (their clean stop: each keeps its ``last.ckpt`` and marks
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noisylabels.errors import InputError
+from noisylabels.errors import InputError, NoisyLabelsError
+from noisylabels.run.lock import RunLock, read_object
 from noisylabels.run.storage import storage_error
 from noisylabels.sweep.grid import RESULTS_FILE, Run, Sweep, display_path
-from noisylabels.sweep.lock import RunLock, read_json
 from noisylabels.sweep.records import write_run_file
 
 LOG_FILE = "fit.log"
@@ -95,9 +95,9 @@ def format_duration(seconds: float) -> str:
 
 def read_results(folder: Path) -> dict[str, Any] | None:
     """The newest ``results.json`` under ``folder``, or ``None`` (also where it cannot be
-    read: :func:`~noisylabels.sweep.lock.read_json`)."""
+    read: :func:`~noisylabels.run.lock.read_object`)."""
     found = sorted(folder.rglob(RESULTS_FILE), key=lambda p: p.stat().st_mtime)
-    return read_json(found[-1]) if found else None
+    return read_object(found[-1]) if found else None
 
 
 class Progress:
@@ -170,7 +170,10 @@ def run_process(
     ``last.ckpt`` (``None``: where it has one)."""
     log = run.folder / LOG_FILE
     lock = RunLock(run.folder, by=f"noisylabels sweep {sweep.name} (PID {os.getpid()})")
-    busy = lock.acquire()
+    try:
+        busy = lock.acquire()
+    except NoisyLabelsError as err:  # a lock file that is no file, a disk that is full
+        return Outcome(run, 0.0, log, reason=str(err), kind="failed")
     if busy is not None:
         reason = f"being written by {busy}; left alone"
         return Outcome(run, 0.0, log, reason=reason, kind="busy")

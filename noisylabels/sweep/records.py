@@ -15,7 +15,7 @@ done with others (a trial with fewer epochs, an edited preset):
                ``provenance.inputs``) has changed or is gone since: the run is done again,
                from the start, in a new version folder
 ``to resume``  a stopped attempt of this command left a ``last.ckpt`` (``--ckpt_path last``)
-``running``    a live process holds the folder's ``run.lock`` (:mod:`noisylabels.sweep.lock`)
+``running``    a live process holds the folder's ``run.lock`` (:mod:`noisylabels.run.lock`)
 ``to run``     nothing yet
 =============  ===========================================================================
 """
@@ -29,14 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from noisylabels.reading import UnreadableFile, read_yaml
+from noisylabels.run.lock import holder, read_object
 from noisylabels.run.provenance import command_identity, input_files_sha256
 from noisylabels.run.resume import CHECKPOINT_FILE as LAST
 from noisylabels.run.storage import write_json
 from noisylabels.sweep.grid import RESULTS_FILE, RUN_FILE, Run, Sweep, display_path
-from noisylabels.sweep.lock import holder, read_json
-from noisylabels.yamlio import load_yaml
 
 
 def write_run_file(sweep: Sweep, run: Run, command: Sequence[str], sha256: str) -> None:
@@ -122,8 +120,8 @@ def _current_sha256(path: str) -> str | None:
 def _run_config(path: Path) -> dict[str, Any] | None:
     """The mapping of the ``config.yaml`` a run wrote, or ``None`` if it cannot be read."""
     try:
-        content = load_yaml(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        content = read_yaml(path, "")
+    except UnreadableFile:
         return None
     return content if isinstance(content, dict) else None
 
@@ -188,7 +186,7 @@ def run_state(run: Run, extra: Sequence[str] = ()) -> RunState:
     results = _newest(list(run.folder.rglob(RESULTS_FILE)))
     stale_note = ""
     if results is not None:
-        content = read_json(results)
+        content = read_object(results)
         provenance = (content or {}).get("provenance") or {}
         recorded = provenance.get("command_sha256") if isinstance(provenance, dict) else None
         changed = changed_inputs(provenance, results) if isinstance(provenance, dict) else ""
@@ -207,7 +205,7 @@ def run_state(run: Run, extra: Sequence[str] = ()) -> RunState:
     if partial is not None and (
         results is None or partial.stat().st_mtime > results.stat().st_mtime
     ):
-        record = read_json(run.folder / RUN_FILE) or {}
+        record = read_object(run.folder / RUN_FILE) or {}
         launched = record.get("command_sha256")
         if launched is None or launched == sha:  # unknown (an older sweep) or this command
             return RunState("to resume", resume=True)

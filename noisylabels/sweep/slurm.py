@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from noisylabels.errors import InputError, MissingFileError
+from noisylabels.run.lock import LOCK_FILE
 from noisylabels.run.storage import write_text
 from noisylabels.sweep.grid import RUN_FILE, Run, Sweep, display_path
-from noisylabels.sweep.lock import LOCK_FILE
 from noisylabels.sweep.records import write_run_file
 
 SCRIPT = "array.sbatch"

@@ -318,3 +318,32 @@ def test_classes_are_names_or_numbers() -> None:
     assert check_top("5") == 5
     with pytest.raises(InputError, match="--top"):
         check_top(-1)
+
+
+def test_an_unhealthy_run_is_audited_only_when_asked_and_then_with_a_warning(
+    digits_run, tmp_path: Path, capsys
+) -> None:
+    """A run that did not learn ranks its labels by a model at chance: refused, unless
+    --include-unhealthy, which audits it and says so; a run that records no health is judged by
+    the rule a run applies to itself."""
+    import json
+
+    from noisylabels.audit.cli import main
+
+    run = Path(shutil.copytree(digits_run, tmp_path / "run"))
+    for earlier in run.glob("label_issues*"):  # of the other tests' audits
+        earlier.unlink()
+    results = json.loads((run / "results.json").read_text())
+    reason = "collapsed: noisy-validation accuracy 0.098 at chance (0.112) for 5 epochs"
+    (run / "results.json").write_text(json.dumps({**results, "health": reason}))
+    with pytest.raises(InputError, match=r"is a run that did not learn \(collapsed: noisy-val"):
+        main([str(run)])
+    assert not (run / "label_issues.csv").exists()
+    assert main([str(run), "--include-unhealthy"]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: auditing {run}, a run that did not learn ({reason})" in out
+    assert (run / "label_issues.csv").is_file()
+    unrecorded = {k: v for k, v in results.items() if k != "health"}
+    (run / "results.json").write_text(json.dumps({**unrecorded, "val_acc": 0.05}))
+    with pytest.raises(InputError, match="judged|collapsed: validation accuracy"):
+        main([str(run)])

@@ -393,3 +393,24 @@ def test_noise_file_that_would_run_code_is_refused(tmp_path: Path, suffix: str) 
     with pytest.raises(ValueError, match="evil"):
         dm.setup("fit")
     assert not marker.exists(), "loading the label file ran its payload"
+
+
+@pytest.mark.parametrize("module", [MNISTDataModule, CIFAR10DataModule, CIFAR100DataModule])
+def test_a_download_that_fails_says_what_to_put_where(module, tmp_path, monkeypatch) -> None:
+    """``--data.download true`` on a machine without network: one error naming the files the
+    dataset needs and where, not urllib's traceback."""
+    import urllib.error
+
+    from noisylabels.errors import MissingFileError
+
+    def offline(self) -> None:
+        raise urllib.error.URLError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(module, "fetch", offline)
+    data = module(data_dir=str(tmp_path), download=True)
+    with pytest.raises(MissingFileError) as refused:
+        data.prepare_data()
+    message = str(refused.value)
+    assert "--data.download true could not fetch" in message and "Name or service" in message
+    assert str(tmp_path) in message and "Expected these files" in message
+    assert "Pass --data.download" not in message  # not the advice that just failed

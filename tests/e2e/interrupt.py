@@ -154,3 +154,16 @@ class FailWrites(L.Callback):
             raise OSError(self.errno, os.strerror(self.errno), str(path))
 
         storage._write_file = failing
+
+
+class KillAtEpochEnd(L.Callback):
+    """SIGKILL this process at the end of training epoch ``epoch`` (0-based), after that
+    epoch's validation and best-checkpoint bookkeeping and before the run record writes its
+    ``last.ckpt`` (Lightning runs the checkpoint callbacks' epoch-end hooks after the others)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            os.kill(os.getpid(), signal.SIGKILL)

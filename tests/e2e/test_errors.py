@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -28,7 +29,7 @@ CE_ON_DIGITS = ["--model", "CE", "--model.schedule.warmup_epochs", "0"]
 REWEIGHT = ["--model.class_path", "noisylabels.methods.Reweight"]
 ESTIMATE = ["--model.transition", "estimate"]
 SECRET = "s3cr3t-token-never-printed"  # in a file given as a config by mistake
-OTHER_SUBCOMMANDS = ("report", "plot", "sweep")  # cases run as given, not as `fit`
+OTHER_SUBCOMMANDS = ("report", "plot", "sweep", "audit")  # cases run as given, not as `fit`
 STAGES = ("test", "validate", "predict")  # Lightning's other stages, given first in a case
 # the options of the fixtures' runs besides their config (a resume of them repeats them)
 FIXTURE_RUN = ["--trainer.limit_train_batches", "2"]
@@ -146,7 +147,27 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     make_mnist(bad_mnist, n_train=200, n_test=40)
     images = bad_mnist / "MNIST" / "raw" / "train-images-idx3-ubyte"
     images.write_bytes(images.read_bytes()[:5000])
+    (root / "bomb.yaml").write_text(ALIAS_BOMB)
+    (root / "empty.yaml").write_text("# nothing but a comment\n")
+    os.mkfifo(root / "fifo.yaml")  # a reader that opened it would wait for a writer for ever
+    (root / "folder.yaml").mkdir()
+    unhealthy = root / "unhealthy_run"
+    shutil.copytree(digits_ckpt.parents[1], unhealthy)
+    results = json.loads((unhealthy / "results.json").read_text())
+    results["health"] = "collapsed: noisy-validation accuracy 0.098 at chance (0.112)"
+    (unhealthy / "results.json").write_text(json.dumps(results))
     return Files(root, digits_ckpt, mnist_ckpt, mnist, marker)
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """A YAML "billion laughs": a few lines whose aliases expand to ``width ** levels`` values."""
+    lines = [f"a0: &a0 [{', '.join(['lol'] * width)}]"]
+    for level in range(1, levels):
+        lines.append(f"a{level}: &a{level} [{', '.join([f'*a{level - 1}'] * width)}]")
+    return "\n".join(lines) + "\n"
+
+
+ALIAS_BOMB = alias_bomb()
 
 
 GOOD_RESULTS = {
@@ -353,6 +374,43 @@ CASES: list[tuple[str, Case, int]] = [
      str(f.root / "a_file" / "table.md")], "cannot write --out"), 2),
     ("plot-out-not-writable", lambda f: (["plot", str(f.digits_ckpt.parents[1]), "--out",
      str(f.root / "a_file" / "fig.png")], "cannot write --out"), 2),
+    ("report-unknown-row-field", lambda f: (["report", str(f.root / "report_runs"), "--rows",
+     "methd"], "--rows methd: no run has a field 'methd'"), 2),
+    ("report-unknown-col-field", lambda f: (["report", str(f.root / "report_runs"), "--cols",
+     "dataset,nosuchfield"], "no run has a field 'nosuchfield'; the runs' fields are "), 2),
+    ("audit-an-unhealthy-run", lambda f: (["audit", str(f.root / "unhealthy_run")],
+     "is a run that did not learn (collapsed: "), 2),
+    ("audit-more-folds-than-a-class", lambda f: (["audit", str(f.digits_ckpt.parents[1]),
+     "--score", "posterior", "--folds", "100000"], "--folds 100000: the run's training split "
+     "has"), 2),
+    # ---- files read back, with limits; options applied or refused before anything is written
+    ("config-alias-bomb", lambda f: (["--config", str(f.root / "bomb.yaml")],
+     "bomb.yaml cannot be read: its aliases (*name) expand it to more than 1,000,000"), 2),
+    ("config-text-alias-bomb", lambda f: (["--config", QUICKSTART, "--config", ALIAS_BOMB],
+     "--config text cannot be read: its aliases"), 2),
+    ("config-empty", lambda f: (["--config", QUICKSTART, "--config", str(f.root / "empty.yaml")],
+     "empty.yaml is empty (or holds only comments)"), 2),
+    ("config-a-named-pipe", lambda f: (["--config", str(f.root / "fifo.yaml")],
+     "fifo.yaml is a named pipe (FIFO), not a regular file"), 2),
+    ("config-a-folder", lambda f: (["--config", str(f.root / "folder.yaml")],
+     "folder.yaml is a folder, not a regular file"), 2),
+    ("precision-64-true", lambda f: (["--config", QUICKSTART, "--trainer.precision", "64-true"],
+     "--trainer.precision 64-true: the methods run in 32-true, 16-mixed, bf16-mixed"), 2),
+    ("precision-bf16-true", lambda f: (["--config", QUICKSTART, "--trainer.precision",
+     "bf16-true"], "--trainer.precision bf16-true"), 2),
+    ("gradient-clip-negative", lambda f: (["--config", QUICKSTART,
+     "--trainer.gradient_clip_val", "-1"], "must be a finite number >= 0"), 2),
+    ("gradient-clip-nan", lambda f: (["--config", QUICKSTART, "--trainer.gradient_clip_val",
+     "nan"], "--trainer.gradient_clip_val: nan is not a finite number"), 2),
+    ("alpha-nan", lambda f: (["--config", QUICKSTART, "--model.alpha", "nan"],
+     "--model.alpha: nan is not a finite number"), 2),
+    ("test-another-methods-checkpoint", lambda f: (["test", "--config", QUICKSTART,
+     "--ckpt_path", str(f.digits_ckpt.parents[1])], "holds another model than this command "
+     "builds: it differs in model.class"), 2),
+    ("validate-another-methods-checkpoint", lambda f: (["validate", "--config", QUICKSTART,
+     "--ckpt_path", str(f.digits_ckpt)], "Evaluate it with its own config"), 2),
+    ("predict-another-methods-checkpoint", lambda f: (["predict", "--config", QUICKSTART,
+     "--ckpt_path", str(f.digits_ckpt)], "holds another model than this command builds"), 2),
 ]  # fmt: skip
 
 

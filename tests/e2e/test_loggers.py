@@ -182,3 +182,26 @@ def test_two_processes_log_the_statistics_of_all_samples(tmp_path: Path) -> None
     _assert_same(_subsets_by_epoch(_rows(folder / CSV_FILE)), logged)
     counted = logged[1]["subsets/count/mislabeled"] + logged[1]["subsets/count/correct"]
     assert counted == 1295  # the digits' training split, not one process's half
+
+
+def test_a_resumed_run_keeps_the_csv_metrics_of_its_earlier_epochs(tmp_path: Path) -> None:
+    """Lightning's CSV writer deletes the metrics.csv it finds when it starts: a run continued
+    in its own folder keeps the rows of its earlier part, and starts without that warning."""
+    from as_command import run_command
+
+    root = tmp_path / "runs"
+    plan = tmp_path / "signals.json"
+    plan.write_text(json.dumps([{"where": "train", "index": 2, "batch": 0, "signal": "SIGTERM"}]))
+    argv = ["fit", *QUICK, "--trainer.logger", "CSVLogger", "--trainer.max_epochs", "4",
+            "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false",
+            "--trainer.callbacks+=interrupt.SignalPlan",
+            "--trainer.callbacks.plan", str(plan)]  # fmt: skip
+    stopped = run_command(argv)
+    assert stopped.returncode == 143, stopped.stderr[-2000:]
+    (metrics,) = root.rglob("metrics.csv")
+    before = {r["epoch"] for r in _rows(metrics)} - {""}
+    assert before == {"0", "1"}
+    resumed = run_command([*argv, "--ckpt_path", "last"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "Experiment logs directory" not in resumed.stderr + stopped.stderr
+    assert {r["epoch"] for r in _rows(metrics)} - {""} == {"0", "1", "2", "3"}

@@ -87,11 +87,26 @@ def test_ctrl_c_is_a_stop_on_request_that_resumes(run_cli, tmp_path: Path) -> No
     assert "Traceback" not in stopped.stderr and "KeyboardInterrupt" not in stopped.stderr
     [note] = notes(stopped)
     assert "Stopped on request (SIGINT, Ctrl-C) in epoch 1" in note
-    assert "--ckpt_path last" in note
+    folder = next(root.rglob("unfinished.txt")).parent
+    assert "holds the run at the end of epoch 0, its last completed one" in note
+    assert f"`noisylabels fit --config {folder / 'config.yaml'} --ckpt_path {folder}`" in note
+    assert "Received SIGTERM" not in stopped.stderr  # the run's own line says what stopped it
     unfinished = next(root.rglob("unfinished.txt")).read_text()
     assert "Stopped on request (SIGINT, Ctrl-C)" in unfinished
     run_cli("fit", *QUICK, "--ckpt_path", "last", root=root)
     assert read_results(root)["resumed"][0]["epochs_done"] == 1
+
+
+def test_a_stop_in_the_first_epoch_says_no_epoch_completed(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    stopped = fit_process(
+        root, "--trainer.callbacks+=interrupt.InterruptAt", "--trainer.callbacks.epoch", "0",
+        "--trainer.callbacks.batch", "2", "--trainer.callbacks.sig", str(int(signal.SIGINT)),
+    )  # fmt: skip
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    [note] = notes(stopped)
+    assert "in epoch 0" in note and "as it started, before its first epoch completed" in note
+    assert "last completed" not in note
 
 
 def test_a_full_disk_stops_the_run_with_one_paragraph_and_nothing_half_written(

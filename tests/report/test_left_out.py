@@ -151,6 +151,22 @@ def test_an_unhealthy_run_is_left_out_unless_included(tmp_path: Path) -> None:
     assert f"- {sick}: health: {reason}\n" in listing and f"- {odd}: health: false" in listing
 
 
+@pytest.mark.parametrize("health", [MISSING, None])
+def test_a_run_that_records_no_health_is_judged_by_the_runs_rule(tmp_path: Path, health) -> None:
+    """No ``health`` (an older record, or one edited) or ``null``: judged by the rule a run
+    applies to itself (an accuracy at chance is a collapse); a run above chance counts."""
+    write_run(tmp_path / "ok", "CE", 0, test_acc=0.85, health=health)
+    sick = write_run(tmp_path / "sick", "CE", 1, test_acc=0.07, health=health)
+    text = main([str(tmp_path)])
+    assert "| CE | **85.00 (1)** |" in text
+    assert (
+        f"- {sick}: health not recorded; judged from its accuracies: collapsed: clean test "
+        "accuracy of the selected checkpoint (test_acc) 0.070 at chance (1/C = 0.100"
+    ) in text
+    text = main([str(tmp_path), "--include-unhealthy"])
+    assert "| CE | **46.00 ± 55.15 (2)** |" in text and "Averaged despite a problem" in text
+
+
 def test_a_short_run_is_left_out_unless_included(tmp_path: Path, capsys) -> None:
     write_run(tmp_path / "full", "CE", 0, test_acc=0.90, epochs=80, protocol_epochs=80)
     write_run(tmp_path / "more", "CE", 1, test_acc=0.92, epochs=100, protocol_epochs=80)

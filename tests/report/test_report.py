@@ -261,7 +261,7 @@ def test_damaged_runs_are_skipped_with_a_warning_at_the_end(tmp_path: Path, caps
         ("digits", "cannot be read as JSON: Exceeds the limit (4300 digits)"),
         ("empty", "is empty"),
         ("list", "holds a JSON list, not a run's results"),
-        ("yaml", "config.yaml cannot be read as YAML"),
+        ("yaml", "config.yaml is not valid YAML"),
     ):
         assert any(f"{root / name}" in line and expected in line for line in listed), name
     with pytest.raises(SystemExit) as exc:
