@@ -85,7 +85,7 @@ def run(args: list[str] | None = None) -> Any:
     module, _, function = entry[0].partition(":")
     if entry[0] != LIGHTNING:
         return getattr(importlib.import_module(module), function)(argv[1:])
-    from noisylabels.run.compose import check_config_files
+    from noisylabels.compose import check_config_files
 
     check_config_files(argv[1:])  # a broken config file fails before the training stack loads
     return getattr(importlib.import_module(module), function)(None if args is None else argv)

@@ -30,7 +30,7 @@ from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError, option_error
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run.cli import make_cli
-from noisylabels.run.defaults import CONFIG_FILE
+from noisylabels.run.source import CONFIG_FILE
 
 # options of `noisylabels fit` itself, not of the method, data or trainer
 FIT_ONLY = ("ckpt_path", "weights_only")

@@ -50,11 +50,11 @@ from noisylabels.audit.scores import (
 )
 from noisylabels.data import ImageFileDataModule, NoisyDataModule
 from noisylabels.data.files import load_image
+from noisylabels.disk.lock import hold
+from noisylabels.disk.storage import STORAGE_ERRNOS, free_space, replacing, save_torch
 from noisylabels.errors import InputError, StorageError
 from noisylabels.run.artifacts import run_dir
 from noisylabels.run.cli import lightning_command
-from noisylabels.run.lock import hold
-from noisylabels.run.storage import STORAGE_ERRNOS, free_space, replacing, save_torch
 from noisylabels.verdicts import OK, results_health
 
 
@@ -206,7 +206,7 @@ def fit_and_audit(fit_args: Sequence[str], **options: Any) -> LabelIssues:
 # ---------------------------------------------------------------------- the parts
 def _cannot_write(folder: Path, code: int) -> StorageError:
     """The error of an audit that cannot write into the run folder ``folder`` (``code``: one
-    of :data:`~noisylabels.run.storage.STORAGE_ERRNOS`)."""
+    of :data:`~noisylabels.disk.storage.STORAGE_ERRNOS`)."""
     full = code in (errno.ENOSPC, errno.EDQUOT)
     space = f"; it has {free_space(folder)}" if full else ""
     found = StorageError(

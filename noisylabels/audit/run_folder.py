@@ -18,11 +18,11 @@ from typing import Any
 import torch
 
 from noisylabels.data import ImageFileDataModule, NoisyDataModule
+from noisylabels.disk.reading import UnreadableFile, load_torch, read_json, read_yaml
 from noisylabels.errors import InputError, MissingFileError
-from noisylabels.reading import UnreadableFile, load_torch, read_json, read_yaml
 from noisylabels.run.artifacts import DYNAMICS_FILE, NOISE_FILE
-from noisylabels.run.defaults import CONFIG_FILE
 from noisylabels.run.rules import RESULTS_FILE, UNFINISHED
+from noisylabels.run.source import CONFIG_FILE
 
 
 @dataclass

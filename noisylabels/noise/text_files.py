@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from noisylabels.disk.reading import LIMITS, read_bytes
 from noisylabels.errors import InputError
-from noisylabels.reading import LIMITS, read_bytes
 
 __all__ = ["read_text"]
 

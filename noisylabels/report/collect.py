@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from noisylabels.disk.reading import UnreadableFile, read_json, read_yaml
 from noisylabels.errors import MissingFileError
-from noisylabels.reading import UnreadableFile, read_json, read_yaml
 from noisylabels.report.problems import (
     EPS_T,
     METRIC_PROBLEM,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noisylabels.reading import LIMITS, UnreadableFile, read_json, read_text, read_yaml
+from noisylabels.disk.reading import LIMITS, UnreadableFile, read_json, read_text, read_yaml
 from noisylabels.report.collect import CONFIG_FILE, RESULTS_FILE, VRNL_SUFFIX
 from noisylabels.report.writing import out_error
 

@@ -1,7 +1,7 @@
 """One run, from the command line or from Python: fit, test, and everything a run records.
 
 :func:`fit_and_test` is ``noisylabels fit``'s run (:mod:`noisylabels.run.fit`); the command line
-is :mod:`noisylabels.run.cli`; composed config files :mod:`~noisylabels.run.compose`; the run
+is :mod:`noisylabels.run.cli`; composed config files :mod:`~noisylabels.compose`; the run
 record, the only writer of a run folder :mod:`~noisylabels.run.record`, and what makes a run the
 same experiment :mod:`~noisylabels.run.identity`; the best checkpoint
 :mod:`~noisylabels.run.checkpoints`; the content of its noise and T̂ files
@@ -9,7 +9,7 @@ same experiment :mod:`~noisylabels.run.identity`; the best checkpoint
 :mod:`~noisylabels.run.resume`; ``results.json`` :mod:`~noisylabels.run.results` and its
 provenance :mod:`~noisylabels.run.provenance`; how a run stops on a signal and requeues itself on
 SLURM :mod:`~noisylabels.run.stops`; atomic writes and a full disk
-:mod:`~noisylabels.run.storage`.
+:mod:`~noisylabels.disk.storage`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from noisylabels.lazy import exports
 if TYPE_CHECKING:
     from noisylabels.run.artifacts import run_dir
     from noisylabels.run.checkpoints import WarmupAwareCheckpoint
-    from noisylabels.run.fit import attach_callbacks, fit_and_test, run_callbacks
+    from noisylabels.run.fit import fit_and_test
+    from noisylabels.run.plan import RunPlan, attach_callbacks, run_callbacks
     from noisylabels.run.record import RunRecorder
     from noisylabels.run.results import build_results
+    from noisylabels.run.source import RunSource
 
 # name -> the module defining it. The names are imported on first use (PEP 562), not with the
 # package: every module of the package imports this file first, and the commands that need no
@@ -31,15 +33,19 @@ if TYPE_CHECKING:
 EXPORTS = {
     "RunRecorder": "noisylabels.run.record",
     "WarmupAwareCheckpoint": "noisylabels.run.checkpoints",
-    "attach_callbacks": "noisylabels.run.fit",
+    "RunPlan": "noisylabels.run.plan",
+    "RunSource": "noisylabels.run.source",
+    "attach_callbacks": "noisylabels.run.plan",
     "build_results": "noisylabels.run.results",
     "fit_and_test": "noisylabels.run.fit",
-    "run_callbacks": "noisylabels.run.fit",
+    "run_callbacks": "noisylabels.run.plan",
     "run_dir": "noisylabels.run.artifacts",
 }
 
 __all__ = [
+    "RunPlan",
     "RunRecorder",
+    "RunSource",
     "WarmupAwareCheckpoint",
     "attach_callbacks",
     "build_results",

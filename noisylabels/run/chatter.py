@@ -8,6 +8,7 @@ Lightning's is kept.
 from __future__ import annotations
 
 import logging
+import warnings
 
 TIP = "💡 Tip:"
 # the loggers Lightning's rank_zero_info writes through (fabric's, and pytorch's once imported)
@@ -30,3 +31,19 @@ def drop_tips() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropTips) for f in logger.filters):
             logger.addFilter(DropTips())
+
+
+def quiet_lightning() -> None:
+    """Drop what Lightning says that does not apply to the project's runs: :func:`drop_tips`,
+    and three warnings."""
+    # the project's epoch values are already reduced over DDP processes (torchmetrics' compute,
+    # strategy.reduce) when they are logged: Lightning's advice to add sync_dist does not apply
+    warnings.filterwarnings(
+        "ignore", message=r"It is recommended to use `self\.log\('(train|val|test|subsets)/"
+    )
+    # last.ckpt's writer is a second checkpoint callback; "best" is the first one's, as meant
+    warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint`")
+    # `test` / `predict --ckpt_path`: the fit callbacks Lightning asks for again (the run's
+    # recorder, its health monitor) keep what only a fit continues; evaluation needs the weights
+    warnings.filterwarnings("ignore", message=r".*callbacks used to create the checkpoint need")
+    drop_tips()

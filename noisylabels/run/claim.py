@@ -1,5 +1,5 @@
 """The claim of a run folder: the one folder a fit writes, made atomically and locked for as long
-as the fit writes it (:mod:`noisylabels.run.lock`).
+as the fit writes it (:mod:`noisylabels.disk.lock`).
 
 :func:`claim` runs on process 0 before anything of the run is read back or written. A new run
 whose logger picks its version itself (Lightning's TensorBoard and CSV loggers) gets the next
@@ -7,7 +7,7 @@ whose logger picks its version itself (Lightning's TensorBoard and CSV loggers) 
 its loggers are pinned to it; any other run folder (a resume's own, a version or folder the user
 named) is made where missing. The folder's lock is then taken, or the fit refused naming the
 process that holds it. Holding it, the claim removes the temporary files that a killed write
-left (:func:`~noisylabels.run.lock.remove_temporary`), and reads the checkpoint a resume
+left (:func:`~noisylabels.disk.lock.remove_temporary`), and reads the checkpoint a resume
 continues again where it changed since it was chosen (another process wrote it meanwhile).
 """
 
@@ -23,9 +23,9 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
+from noisylabels.disk.lock import LOCK_FILE, RunLock, claim_version, hold, remove_temporary
 from noisylabels.run import resume
 from noisylabels.run.artifacts import run_dir
-from noisylabels.run.lock import LOCK_FILE, RunLock, claim_version, hold, remove_temporary
 from noisylabels.run.rules import same_folder
 
 CSV_METRICS = "metrics.csv"  # Lightning's CSV logger's file
@@ -64,7 +64,7 @@ def _pins_its_version(logger: object) -> bool:
 
 def claim(trainer: L.Trainer, checkpoint: resume.Checkpoint | None, by: str) -> Claim:
     """Make (where new) and lock the run folder of ``trainer``'s fit (process 0; see the module
-    docstring); :class:`~noisylabels.run.lock.FolderBusy` where another process writes it."""
+    docstring); :class:`~noisylabels.disk.lock.FolderBusy` where another process writes it."""
     loggers = trainer.loggers
     created = False
     if loggers and _pins_its_version(loggers[0]):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from noisylabels.run.compose import import_class
+from noisylabels.compose import import_class
 
 SAVE_DIR = "save_dir"
 LOGGER_KEY = "trainer.logger"

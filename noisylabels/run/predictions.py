@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
-from noisylabels.run.storage import replacing
+from noisylabels.disk.storage import replacing
 
 PREDICTIONS_FILE = "predictions.csv"
 
@@ -64,7 +64,7 @@ class PredictionWriter(Callback):
 
 def write_predictions(path: Path, index: Tensor, clean: Tensor, probs: Tensor) -> None:
     """Write the rows of ``predictions.csv`` (see the module docstring), once per index, in
-    index order; the file is replaced atomically (:func:`~noisylabels.run.storage.replacing`)."""
+    index order; the file is replaced atomically (:func:`~noisylabels.disk.storage.replacing`)."""
     index, clean, probs = (t.cpu() for t in (index, clean, probs))
     order = torch.argsort(index, stable=True)
     index, clean, probs = index[order], clean[order], probs[order]
@@ -81,3 +81,43 @@ def write_predictions(path: Path, index: Tensor, clean: Tensor, probs: Tensor) -
             index.tolist(), clean.tolist(), predicted.tolist(), probs.tolist(), strict=True
         ):
             writer.writerow([i, y, k, *(f"{v:.6g}" for v in p)])
+
+
+def predict_into(
+    trainer: L.Trainer,
+    model: L.LightningModule,
+    datamodule: L.LightningDataModule | None,
+    checkpoint: Any,
+    data_differs: dict[str, Any],
+    options: dict[str, Any],
+) -> Path:
+    """``noisylabels predict``: the trainer's predict, with the class probabilities of every
+    sample written to ``predictions.csv`` in the run folder of ``checkpoint`` (the new run
+    folder where the checkpoint is of none), which this process holds while it writes.
+    Predictions of other data than the run's (``data_differs``) are refused there. Returns
+    the file."""
+    from noisylabels.disk.lock import hold
+    from noisylabels.errors import InputError
+    from noisylabels.run.artifacts import run_dir
+
+    folder = getattr(checkpoint, "origin", None)
+    if data_differs and folder is not None:
+        raise InputError(
+            f"predictions of other data than the run's are not written into its folder "
+            f"({folder}), where they would pass for its own: give the run's data options "
+            f"({', '.join(data_differs)} as in its config.yaml), or copy the checkpoint file "
+            "out of the run folder and predict from the copy"
+        )
+    path = (folder or run_dir(trainer)) / PREDICTIONS_FILE
+    trainer.callbacks.append(PredictionWriter(path))
+    lock = None
+    if trainer.is_global_zero:  # the one writer of the folder while it predicts
+        lock = hold(path.parent, "noisylabels predict", doing="this predict")
+    try:
+        trainer.predict(model, datamodule=datamodule, **options)
+    finally:
+        if lock is not None:
+            lock.release()
+    if trainer.is_global_zero:
+        print(f"predictions: {path}")
+    return path

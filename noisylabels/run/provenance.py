@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import noisylabels
-from noisylabels.run.compose import CONFIG_OPTIONS, config_files
+from noisylabels.compose import CONFIG_OPTIONS, config_files
 
 # options that say where things are or how a run started, not what the experiment is
 CONFIG_KEYS_IGNORED = ("config", "ckpt_path")

@@ -40,10 +40,18 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from noisylabels.disk.reading import UnreadableFile, load_torch
+from noisylabels.disk.storage import (
+    replacing,
+    save_torch,
+    torch_bytes,
+    write_bytes,
+    write_json,
+    write_text,
+)
 from noisylabels.errors import InputError
 from noisylabels.methods.core.stages import StageSchedule
 from noisylabels.noise import save_transition
-from noisylabels.reading import UnreadableFile, load_torch
 from noisylabels.run import identity as ident
 from noisylabels.run import resume
 from noisylabels.run.artifacts import (
@@ -56,7 +64,6 @@ from noisylabels.run.artifacts import (
     transition_estimate,
 )
 from noisylabels.run.checkpoints import WarmupAwareCheckpoint
-from noisylabels.run.defaults import CONFIG_FILE, add_config_text, python_config_text
 from noisylabels.run.execution import execution
 from noisylabels.run.provenance import code_state
 from noisylabels.run.rng import rng_state, set_rng_state
@@ -70,15 +77,8 @@ from noisylabels.run.rules import (
     admission,
     only_setup_files,
 )
+from noisylabels.run.source import CONFIG_FILE, add_config_text, python_config_text
 from noisylabels.run.stops import StopSignals
-from noisylabels.run.storage import (
-    replacing,
-    save_torch,
-    torch_bytes,
-    write_bytes,
-    write_json,
-    write_text,
-)
 
 
 class RecordCheckpointIO(TorchCheckpointIO):

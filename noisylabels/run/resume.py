@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from noisylabels.disk.lock import read_object
+from noisylabels.disk.reading import UnreadableFile, regular_file
 from noisylabels.errors import InputError, MissingFileError, load_error_summary
-from noisylabels.reading import UnreadableFile, regular_file
 from noisylabels.run import identity
-from noisylabels.run.lock import read_object
 
 LAST = "last"
 HPC = "hpc"

@@ -16,10 +16,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from noisylabels.disk.lock import LOCK_FILE
 from noisylabels.errors import InputError
 from noisylabels.run import identity as ident
 from noisylabels.run import resume
-from noisylabels.run.lock import LOCK_FILE
 
 # the names are here, in a module that loads neither torch nor Lightning, so that a sweep and
 # the audit's command line can name a run's files without loading the training stack
@@ -254,4 +254,17 @@ def check_gradient_clip(value: Any) -> None:
             f"--trainer.gradient_clip_val {value}: the bound on the gradients' norm (or values) "
             "must be a finite number >= 0 (0 or unset: no clipping); a negative or non-finite "
             "bound would be recorded as given and clip nothing"
+        )
+
+
+MAX_SEED = 2**32 - 1  # numpy's seeds are unsigned 32-bit integers
+
+
+def check_seed(seed: Any) -> None:
+    """Refuse a seed numpy cannot take (one paragraph naming ``--seed_everything`` instead of
+    Lightning's traceback); ``True``/``False`` (a random seed, none) pass."""
+    if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed <= MAX_SEED:
+        raise InputError(
+            f"--seed_everything must be an integer from 0 to {MAX_SEED} (true: a random "
+            f"seed, false: no seeding), got {seed}"
         )

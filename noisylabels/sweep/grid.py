@@ -41,8 +41,8 @@ from typing import Any
 
 import yaml
 
+from noisylabels.compose import import_class, listed_files, read_composed, read_yaml
 from noisylabels.errors import InputError, MissingFileError
-from noisylabels.run.compose import import_class, listed_files, read_composed, read_yaml
 from noisylabels.run.provenance import command_sha256
 from noisylabels.run.resume import CHECKPOINT_FILE as LAST
 from noisylabels.run.rules import RESULTS_FILE

@@ -6,7 +6,7 @@ Every run is its own ``noisylabels fit`` process writing into the run's folder (
 (``OMP_NUM_THREADS``), optionally spread over GPUs; it keeps going past a failed run, prints
 progress (finished / total, failed, stopped, ETA) and returns how every run ended.
 
-Each run's folder is locked while its process lives (``run.lock``, :mod:`noisylabels.run.lock`):
+Each run's folder is locked while its process lives (``run.lock``, :mod:`noisylabels.disk.lock`):
 a folder that another process writes is left alone. The runs start in their own sessions (a
 terminal's Ctrl-C does not reach them directly): on SIGTERM or SIGINT the sweep starts no new
 run, sends its running runs SIGTERM (their clean stop: each keeps its ``last.ckpt`` and marks
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from noisylabels.disk.lock import RunLock, read_object
+from noisylabels.disk.storage import storage_error
 from noisylabels.errors import InputError, NoisyLabelsError
-from noisylabels.run.lock import RunLock, read_object
-from noisylabels.run.storage import storage_error
 from noisylabels.sweep.grid import RESULTS_FILE, Run, Sweep, display_path
 from noisylabels.sweep.records import write_run_file
 
@@ -95,7 +95,7 @@ def format_duration(seconds: float) -> str:
 
 def read_results(folder: Path) -> dict[str, Any] | None:
     """The newest ``results.json`` under ``folder``, or ``None`` (also where it cannot be
-    read: :func:`~noisylabels.run.lock.read_object`)."""
+    read: :func:`~noisylabels.disk.lock.read_object`)."""
     found = sorted(folder.rglob(RESULTS_FILE), key=lambda p: p.stat().st_mtime)
     return read_object(found[-1]) if found else None
 

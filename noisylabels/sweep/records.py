@@ -15,7 +15,7 @@ done with others (a trial with fewer epochs, an edited preset):
                ``provenance.inputs``) has changed or is gone since: the run is done again,
                from the start, in a new version folder
 ``to resume``  a stopped attempt of this command left a ``last.ckpt`` (``--ckpt_path last``)
-``running``    a live process holds the folder's ``run.lock`` (:mod:`noisylabels.run.lock`)
+``running``    a live process holds the folder's ``run.lock`` (:mod:`noisylabels.disk.lock`)
 ``to run``     nothing yet
 =============  ===========================================================================
 """
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noisylabels.reading import UnreadableFile, read_yaml
-from noisylabels.run.lock import holder, read_object
+from noisylabels.disk.lock import holder, read_object
+from noisylabels.disk.reading import UnreadableFile, read_yaml
+from noisylabels.disk.storage import write_json
 from noisylabels.run.provenance import command_identity, input_files_sha256
 from noisylabels.run.resume import CHECKPOINT_FILE as LAST
-from noisylabels.run.storage import write_json
 from noisylabels.sweep.grid import RESULTS_FILE, RUN_FILE, Run, Sweep, display_path
 
 

@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from noisylabels.disk.lock import LOCK_FILE
+from noisylabels.disk.storage import write_text
 from noisylabels.errors import InputError, MissingFileError
-from noisylabels.run.lock import LOCK_FILE
-from noisylabels.run.storage import write_text
 from noisylabels.sweep.grid import RUN_FILE, Run, Sweep, display_path
 from noisylabels.sweep.records import write_run_file
 

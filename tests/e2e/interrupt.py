@@ -137,7 +137,7 @@ class FailWrites(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.current_epoch != self.epoch:
             return
-        from noisylabels.run import storage
+        from noisylabels.disk import storage
 
         original = storage._write_file
         wanted = Path(self.name)

@@ -82,7 +82,7 @@ def flat(node: Any, prefix: str = "") -> dict[str, Any]:
 def epochs(config: Any) -> int | None:
     """The epochs a run of ``config`` trains: ``trainer.max_epochs``, or where it is unset the
     stage schedule's, as ``noisylabels fit`` derives them."""
-    from noisylabels.run.compose import schedule_epochs
+    from noisylabels.compose import schedule_epochs
 
     given = config["trainer"]["max_epochs"]
     return given if given is not None else schedule_epochs(config["model"])

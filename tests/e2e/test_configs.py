@@ -60,8 +60,8 @@ def printed(resolver: resolved.Resolver) -> Callable[..., dict]:
 
 def test_the_shared_parser_prints_what_the_command_prints(capsys, printed) -> None:
     """``printed`` of a preset, of groups with an option, and of a protocol after a method is
-    what ``noisylabels fit ... --print_config`` prints, less the options of a fit's start
-    (``--ckpt_path``, ``--weights_only``) that the parser of a run does not hold."""
+    what ``noisylabels fit ... --print_config`` prints (the parser of a run is the command's,
+    ``--ckpt_path`` and ``--weights_only`` included)."""
     cases = [
         ((CONFIGS / "cifar10_ptd.yaml",), ()),
         ((CONFIGS / "data" / "mnist.yaml", CONFIGS / "method" / "forward_vrnl.yaml"),
@@ -71,7 +71,7 @@ def test_the_shared_parser_prints_what_the_command_prints(capsys, printed) -> No
     ]  # fmt: skip
     for configs, args in cases:
         command = resolve(capsys, *configs, args=args)
-        assert command.pop("ckpt_path") is None and command.pop("weights_only") is None
+        assert command["ckpt_path"] is None and command["weights_only"] is None
         assert printed(*configs, args=args) == command, configs
 
 
@@ -205,8 +205,8 @@ def test_the_epochs_a_preset_plans_are_those_its_run_trains(resolver) -> None:
     """``results.json``'s ``protocol_epochs`` (what the config files plan, read from the files
     with the method class's own schedule defaults) equal the epochs ``noisylabels fit`` derives
     for every preset and group."""
+    from noisylabels.compose import planned_epochs
     from noisylabels.run.cli import TRAINER_DEFAULTS
-    from noisylabels.run.compose import planned_epochs
 
     for name, files in resolved.shipped_configs().items():
         assert planned_epochs(files, TRAINER_DEFAULTS) == resolver(files)["epochs"], name

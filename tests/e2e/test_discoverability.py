@@ -18,10 +18,10 @@ import torch
 
 from noisylabels.callbacks import SubsetStatistics
 from noisylabels.cli import SUBCOMMANDS, main, run
+from noisylabels.compose import default_root_dir
 from noisylabels.errors import InputError, OptionError
 from noisylabels.run import run_callbacks
 from noisylabels.run.cli import make_cli
-from noisylabels.run.compose import default_root_dir
 
 from conftest import CONFIGS, REPO
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from noisylabels.run.compose import read_composed
+from noisylabels.compose import read_composed
 
 from conftest import CONFIGS, REPO
 

@@ -346,7 +346,7 @@ def test_resume_from_python_records_the_changed_run_length(tmp_path: Path) -> No
 
     from noisylabels.data import DigitsDataModule
     from noisylabels.methods import CE
-    from noisylabels.run import fit_and_test
+    from noisylabels.run import RunPlan, fit_and_test
 
     def run(epochs: int, root: Path, ckpt_path: str | None = None) -> dict:
         trainer = Trainer(
@@ -354,7 +354,9 @@ def test_resume_from_python_records_the_changed_run_length(tmp_path: Path) -> No
             enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
         )  # fmt: skip
         model = CE(network={"backbone": "mlp"}, num_classes=10, input_shape=(1, 8, 8))
-        return fit_and_test(model, DigitsDataModule(), trainer, ckpt_path=ckpt_path, test=False)
+        return fit_and_test(
+            model, DigitsDataModule(), trainer, RunPlan(resume=ckpt_path, test_after_fit=False)
+        )
 
     run(1, tmp_path / "first")
     results = run(2, tmp_path / "longer", str(last_checkpoint(tmp_path / "first")))

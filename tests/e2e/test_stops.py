@@ -118,7 +118,7 @@ def test_a_full_disk_stops_the_run_with_one_paragraph_and_nothing_half_written(
     says why the run stopped. In this process: the exit status is main's (the process's own
     for this path is test_errors.py's installed command)."""
     from noisylabels.cli import main
-    from noisylabels.run import storage
+    from noisylabels.disk import storage
 
     monkeypatch.setattr(storage, "_write_file", storage._write_file)  # FailWrites replaces it
     root = tmp_path / "run"
@@ -185,8 +185,8 @@ def test_checkpoints_are_staged_in_the_run_folder_not_in_tmpdir(
 def test_atomic_writes_keep_the_previous_file_when_a_write_fails(
     tmp_path: Path, monkeypatch
 ) -> None:
+    from noisylabels.disk import storage
     from noisylabels.errors import StorageError
-    from noisylabels.run import storage
 
     path = storage.write_json(tmp_path / "results.json", {"test_acc": 0.5})
 

@@ -55,7 +55,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
 
 
 def test_yaml_keys_merged_in_may_be_overridden(tmp_path: Path) -> None:
-    from noisylabels.run.compose import read_yaml
+    from noisylabels.compose import read_yaml
 
     path = tmp_path / "anchors.yaml"
     path.write_text("base: &b {lr: 0.1, alpha: 0.2}\nmodel:\n  <<: *b\n  lr: 0.01\n")
@@ -63,8 +63,8 @@ def test_yaml_keys_merged_in_may_be_overridden(tmp_path: Path) -> None:
 
 
 def test_yaml_duplicate_keys_of_a_flow_mapping_are_named(tmp_path: Path) -> None:
+    from noisylabels.compose import read_yaml
     from noisylabels.errors import InputError
-    from noisylabels.run.compose import read_yaml
 
     path = tmp_path / "flow.yaml"
     path.write_text("args: {data.noise_rate: 0.2, data.noise_rate: 0.4}\n")
@@ -73,8 +73,8 @@ def test_yaml_duplicate_keys_of_a_flow_mapping_are_named(tmp_path: Path) -> None
 
 
 def test_yaml_tags_that_would_run_code_stay_refused(inputs: Inputs, tmp_path: Path) -> None:
+    from noisylabels.compose import read_yaml
     from noisylabels.errors import InputError
-    from noisylabels.run.compose import read_yaml
 
     path = tmp_path / "tagged.yaml"
     path.write_text(f"x: !!python/object/apply:os.system ['touch {inputs.marker}']\n")

@@ -34,7 +34,7 @@ def test_every_run_callback_the_caller_gives_is_the_one_that_runs(make_trainer) 
     """For every type of callback the run attaches, a caller's instance stays in the trainer,
     alone of its type, through a run from Python."""
     from noisylabels.run import fit_and_test
-    from noisylabels.run.fit import run_callbacks
+    from noisylabels.run.plan import run_callbacks
 
     model, data = digits_forward()
     given = [type(c)() for c in run_callbacks(data)]  # a caller's own instance of each type
@@ -83,17 +83,22 @@ def test_the_run_s_own_observers_of_an_earlier_run_are_replaced(make_trainer) ->
     """Those the run attached itself are marked: a later run on the same trainer replaces them
     with fresh ones (no record carried over), while a caller's stays."""
     from noisylabels.callbacks import DivergenceGuard
-    from noisylabels.run.fit import attach_callbacks, missing_run_callbacks
+    from noisylabels.run.plan import BUILT, RunPlan
+    from noisylabels.run.source import RunSource
 
-    _, data = digits_forward()
+    model, data = digits_forward()
     mine = DivergenceGuard(check_every=3)
     trainer = make_trainer(callbacks=[mine])
-    first = missing_run_callbacks(trainer, data)
-    attach_callbacks(trainer, first)
-    second = missing_run_callbacks(trainer, data)
-    assert {type(c) for c in second} == {type(c) for c in first}
+    plan = RunPlan()
+
+    def attach() -> list:
+        plan.attach(trainer, model, data, source=RunSource(), checkpoint=None, trainer_options={})
+        return [c for c in trainer.callbacks if getattr(c, BUILT, False)]
+
+    first = attach()
+    second = attach()
+    assert first and {type(c) for c in second} == {type(c) for c in first}
     assert DivergenceGuard not in {type(c) for c in first}
-    attach_callbacks(trainer, second)
     assert all(c in trainer.callbacks for c in second)
     assert not any(c in trainer.callbacks for c in first)
     assert mine in trainer.callbacks

@@ -19,7 +19,7 @@ import pytest
 import torch
 from as_command import run_command, run_commands_together
 
-from noisylabels.run.lock import (
+from noisylabels.disk.lock import (
     FolderBusy,
     RunLock,
     claim_version,
@@ -66,7 +66,7 @@ def test_processes_claiming_together_get_one_version_folder_each(
 
 
 HOLD = (
-    "import sys, time; from noisylabels.run.lock import hold; hold(sys.argv[1], 'a test'); "
+    "import sys, time; from noisylabels.disk.lock import hold; hold(sys.argv[1], 'a test'); "
     "print('held', flush=True); time.sleep(60)"
 )
 
@@ -103,7 +103,7 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_stale_lock_is_taken_
 
 
 INHERIT = (
-    "import sys; from noisylabels.run.lock import RunLock; lock = RunLock(sys.argv[1], 'child'); "
+    "import sys; from noisylabels.disk.lock import RunLock; lock = RunLock(sys.argv[1], 'child'); "
     "print(lock.acquire() is None, lock.inherited)"
 )
 

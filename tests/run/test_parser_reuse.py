@@ -61,8 +61,11 @@ def test_commands_in_one_process_resolve_as_each_in_a_new_one() -> None:
     together = [(name, resolved(COMMANDS[name])) for name in order]
     for name, text in together:
         assert text == alone[name], name
-    idle = [parsers for pool in cli._PARSERS.values() for parsers in pool]
-    assert len(idle) == 1, "one set of parsers served every command"
+    idle = [parser for pool in cli._PARSERS.values() for parser in pool]
+    stages = {args[0] for args in COMMANDS.values()}
+    assert sorted(p.prog for p in idle) == sorted(f"noisylabels {s}" for s in stages), (
+        "one parser per stage served every command"
+    )
 
 
 def test_a_print_config_cut_short_by_an_error_is_not_printed_by_the_next_command(
@@ -81,7 +84,7 @@ def test_a_print_config_cut_short_by_an_error_is_not_printed_by_the_next_command
     built = make_cli(base, run=False)
     assert capsys.readouterr().out == ""
     assert type(built.model).__name__ == "Forward"
-    assert [len(pool) for pool in cli._PARSERS.values()] == [1]  # the parsers of the error
+    assert [len(pool) for pool in cli._PARSERS.values()] == [1]  # not the parser of the error
 
 
 def test_each_cli_builds_its_own_classes_from_reused_parsers() -> None:
@@ -104,28 +107,28 @@ def test_a_fit_leaves_the_parsers_as_built(run_cli: Any) -> None:
     those of parsers built afresh."""
     from noisylabels.run import cli
 
-    def defaults(parsers: Any) -> list[str]:
-        return [
-            p.dump(p.get_defaults(), skip_none=False, skip_validation=True)
-            for p in parsers[1].values()
-        ]
+    def defaults(parser: Any) -> str:
+        return parser.dump(parser.get_defaults(), skip_none=False, skip_validation=True)
+
+    def idle() -> list[Any]:
+        return [parser for pool in cli._PARSERS.values() for parser in pool]
 
     fresh()
     run_cli("fit", "--config", QUICKSTART, "--trainer.max_epochs", "1",
             "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
             "--trainer.limit_test_batches", "1")  # fmt: skip
-    [[used]] = cli._PARSERS.values()
+    [used] = idle()
     after = [resolved(args) for args in COMMANDS.values()]
-    assert cli._PARSERS[next(iter(cli._PARSERS))] == [used]  # the commands used them again
+    assert used in idle()  # the fit commands used it again
     fresh()
     assert [resolved(args) for args in COMMANDS.values()] == after
-    [[built]] = cli._PARSERS.values()
-    assert built[0] is not used[0]
+    [built] = [p for p in idle() if p.prog == used.prog]
+    assert built is not used
     assert defaults(used) == defaults(built)
 
 
 @pytest.mark.parametrize("name", ["quickstart", "other-method", "config-text"])
-def test_the_dumps_skip_only_the_second_validation(name: str, monkeypatch) -> None:
+def test_the_dumps_skip_only_the_second_validation(name: str) -> None:
     """The hyperparameters Lightning hands the method and data module, and ``config.yaml``'s
     text, are dumped without validating again what the parse validated: both equal the
     validated dumps."""
@@ -141,105 +144,6 @@ def test_the_dumps_skip_only_the_second_validation(name: str, monkeypatch) -> No
     )
     assert cli.config_dump["model"]["init_args"]["num_classes"] == 10  # a link target, kept
     assert cli.model.hparams["num_classes"] == 10
-    monkeypatch.setattr(cli, "subcommand", None, raising=False)  # without subcommands: one parser
-    monkeypatch.setattr(cli, "config", {None: parsed})
-    text = cli._config_text()
+    text = cli.config_text
     assert text == cli.parser.dump(parsed, skip_none=False)
     assert "num_classes" not in text  # config.yaml leaves the link targets out
-
-
-def remembered_searches() -> list[tuple[Any, str, Any, Any]]:
-    """``(parser, key, exclude, action found)`` for each search a NoisyLabelsParser remembers:
-    the CLI's idle parsers, their stages' and those of the classes of their options."""
-    from jsonargparse import _typehints
-
-    from noisylabels.run import cli
-
-    parsers = [p for pool in cli._PARSERS.values() for main, stages, _ in pool
-               for p in (main, *(stages or {}).values())]  # fmt: skip
-    parsers += list(_typehints._cached_class_parsers.values())
-    return [
-        (parser, key, exclude, found)
-        for parser in parsers
-        for (key, exclude), found in parser.__dict__.get("_found_actions", (0, 0, {}))[2].items()
-    ]
-
-
-def test_a_remembered_search_finds_what_jsonargparse_finds() -> None:
-    """Each action search a parser remembered (:mod:`noisylabels.run.searches`) finds, after
-    every command, what jsonargparse's own search finds now."""
-    import jsonargparse._core
-    import jsonargparse._subcommands
-
-    from noisylabels.run import searches as remembered
-
-    wrapped = remembered.find_action_and_subcommand
-    assert jsonargparse._core.find_action_and_subcommand is wrapped
-    assert jsonargparse._subcommands.find_action_and_subcommand is wrapped
-    fresh()
-    for args in [*COMMANDS.values(), *reversed(COMMANDS.values())]:
-        resolved(args)
-    searches = remembered_searches()
-    assert len(searches) > 100  # the parses search through remembered searches
-    assert any(found[0] is None for *_, found in searches)  # a key that no action has
-    for parser, key, exclude, found in searches:
-        assert remembered.SEARCH(parser, key, exclude=exclude) == found, key
-
-
-def test_a_parser_whose_actions_change_searches_afresh() -> None:
-    import argparse
-
-    from noisylabels.run.cli import NoisyLabelsParser
-    from noisylabels.run.searches import find_action_and_subcommand as find
-
-    parser = NoisyLabelsParser(exit_on_error=False)
-    parser.add_argument("--a", type=int)
-    assert find(parser, "a")[0].dest == "a"
-    assert find(parser, "b") == (None, None)
-    added = parser.add_argument("--b", type=int)  # an action added
-    assert find(parser, "b") == (added, None)
-    replaced = argparse._StoreAction(["--b"], "b")
-    parser._actions[parser._actions.index(added)] = replaced
-    assert find(parser, "b") == (replaced, None)  # one replaced
-    parser._actions.remove(replaced)  # one removed
-    assert find(parser, "b") == (None, None)
-
-
-def test_other_parsers_and_subcommand_parsers_search_as_jsonargparse_does() -> None:
-    from jsonargparse import ArgumentParser
-
-    from noisylabels.run.cli import NoisyLabelsParser
-    from noisylabels.run.searches import find_action_and_subcommand as find
-
-    plain = ArgumentParser(exit_on_error=False)
-    plain.add_argument("--a", type=int)
-    assert find(plain, "a")[0].dest == "a"
-    assert "_found_actions" not in plain.__dict__  # not a NoisyLabelsParser: nothing kept
-    main = NoisyLabelsParser(exit_on_error=False)
-    stage = NoisyLabelsParser(exit_on_error=False)
-    stage.add_argument("--a", type=int)
-    main.add_subcommands().add_subcommand("fit", stage)
-    assert find(main, "fit.a") == (stage._actions[-1], "fit")
-    assert find(main, "fit.b") == (None, "fit")
-    stage.add_argument("--b", type=int)  # the stage's parser changes, the main one does not
-    assert find(main, "fit.b") == (stage._actions[-1], "fit")
-    assert main.__dict__["_found_actions"][2] == {}  # with subcommands: nothing remembered
-
-
-def test_a_jsonargparse_without_the_search_is_left_as_it_is(monkeypatch) -> None:
-    """Where jsonargparse's modules do not have the search, nothing is wrapped."""
-    import jsonargparse._core
-
-    from noisylabels.run import searches as remembered
-
-    class Other(jsonargparse.ArgumentParser):
-        pass
-
-    before = jsonargparse._core.find_action_and_subcommand
-    monkeypatch.setattr(remembered, "_MODULES", [])
-    assert remembered.remember_searches(Other) is False
-    assert Other not in remembered._KINDS
-    assert jsonargparse._core.find_action_and_subcommand is before
-    monkeypatch.undo()
-    assert remembered.remember_searches(remembered._KINDS[0]) is True  # as installed: no change
-    assert jsonargparse._core.find_action_and_subcommand is before

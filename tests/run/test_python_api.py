@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from noisylabels.data import DigitsDataModule
 from noisylabels.methods import Forward, NetworkOptions, OptimizerOptions, StageSchedule
-from noisylabels.run import fit_and_test
+from noisylabels.run import RunPlan, fit_and_test
 
 from conftest import FINISHED_RUN_EPOCHS, REPO, read_results
 
@@ -44,7 +44,7 @@ METRICS = (
 )
 
 
-def quickstart_in_python(root: Path, **options) -> dict:
+def quickstart_in_python(root: Path, plan: RunPlan | None = None) -> dict:
     """configs/quickstart.yaml, written in Python as docs/python.md shows it, for EPOCHS epochs."""
     L.seed_everything(0, workers=True)
     data = DigitsDataModule(batch_size=64, noise_type="symmetric", noise_rate=0.4, noise_seed=0)
@@ -66,7 +66,7 @@ def quickstart_in_python(root: Path, **options) -> dict:
         default_root_dir=root,
         enable_progress_bar=False,
     )
-    return fit_and_test(model, data, trainer, **options)
+    return fit_and_test(model, data, trainer, plan)
 
 
 def _metrics(results: dict) -> dict:
@@ -121,9 +121,9 @@ def test_fit_and_test_equals_noisylabels_fit(
 
 
 def test_each_addition_can_be_turned_off(tmp_path: Path) -> None:
-    """select_best=False keeps Lightning's checkpoint (the last epoch is tested);
+    """RunPlan(checkpoint=None) keeps Lightning's checkpoint (the last epoch is tested);
     subset_statistics=False writes no subsets.csv. The run's record is written either way."""
-    results = quickstart_in_python(tmp_path, select_best=False, subset_statistics=False)
+    results = quickstart_in_python(tmp_path, RunPlan(checkpoint=None, subset_statistics=False))
     assert results["monitor"] is None and results["best_epoch"] == EPOCHS - 1
     assert results["test_acc"] == results["test_acc_last"]
     folder = next(tmp_path.rglob("noise.pt")).parent

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from noisylabels.reading import LIMITS, UnreadableFile, read_json, read_text, read_yaml
+from noisylabels.disk.reading import LIMITS, UnreadableFile, read_json, read_text, read_yaml
 
 from conftest import copy_run
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from noisylabels import reading
-from noisylabels.run import compose
+from noisylabels import compose, reading
 
 
 def test_a_text_is_parsed_once_and_each_read_is_a_copy(tmp_path: Path, monkeypatch) -> None:
@@ -31,7 +30,7 @@ def test_a_text_is_parsed_once_and_each_read_is_a_copy(tmp_path: Path, monkeypat
 
 
 def test_the_reader_reads_every_record_as_the_safe_loader_does() -> None:
-    """:func:`noisylabels.reading.parse_yaml` (libyaml where PyYAML has it) reads a committed
+    """:func:`noisylabels.disk.reading.parse_yaml` (libyaml where PyYAML has it) reads a committed
     run's ``config.yaml`` of each results folder and every shipped config to the values
     ``yaml.safe_load`` gives, and refuses what it refuses."""
     repo = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from noisylabels.run.lock import RunLock, holder
+from noisylabels.disk.lock import RunLock, holder
 from noisylabels.sweep import launch
 from noisylabels.sweep.grid import load_sweep
 
@@ -287,7 +287,7 @@ def test_the_lock_is_exclusive_between_processes(tmp_path: Path) -> None:
     lock = RunLock(tmp_path, "first")
     assert lock.acquire() is None
     other = subprocess.run(
-        [sys.executable, "-c", "import sys; from noisylabels.run.lock import RunLock;"
+        [sys.executable, "-c", "import sys; from noisylabels.disk.lock import RunLock;"
          f"h = RunLock(__import__('pathlib').Path({str(tmp_path)!r}), 'second').acquire();"
          "print(h.pid)"],
         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True,

@@ -1,35 +1,56 @@
-"""What a run from Python gets so that it equals ``noisylabels fit``'s run.
+"""Where a run comes from: :class:`RunSource`, the command line and config it was started
+with, as its record keeps them.
 
-What the command line configures that a ``Trainer`` built in Python lacks;
-:func:`~noisylabels.run.fit.fit_and_test` adds it to every run, whichever door:
-
-* the best checkpoint by noisy-validation accuracy (:data:`BEST_CHECKPOINT`, a
-  :class:`~noisylabels.run.checkpoints.WarmupAwareCheckpoint`) in place of Lightning's default
-  checkpoint, which monitors nothing and so keeps (and tests) the last epoch;
-* the per-subset loss statistics (:class:`~noisylabels.callbacks.SubsetStatistics`) of a
-  :class:`~noisylabels.methods.NoisyLabelMethod`;
-* the text of ``config.yaml`` (:func:`python_config_text`, written by the run record): the
-  model's and the data module's class and hyperparameters, the trainer's settings and the seed,
-  in the command line's layout, so that ``noisylabels fit --config RUN/config.yaml`` runs the
-  same experiment again (the trainer's strategy, loggers and callbacks, objects of the caller's,
-  are listed in a comment at its top).
+A run from the command line has its command, its resolved config and the text of
+``config.yaml``; a run from Python has none of these, and gets the text of ``config.yaml`` from
+the objects themselves (:func:`python_config_text`): the model's and the data module's class
+and hyperparameters, the trainer's settings and the seed, in the command line's layout, so that
+``noisylabels fit --config RUN/config.yaml`` runs the same experiment again (the trainer's
+strategy, loggers and callbacks, objects of the caller's, are listed in a comment at its top).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import yaml
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from noisylabels.callbacks import HealthMonitor, SubsetStatistics
-from noisylabels.methods import NoisyLabelMethod
-from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
 from noisylabels.run.identity import class_path, plain
 
 CONFIG_FILE = "config.yaml"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSource:
+    """The command line and config a run was started with (none of them from Python).
+
+    Parameters
+    ----------
+    command : sequence of str or None, default None
+        The command line (``["fit", "--config", ...]``), recorded with its hash in
+        ``results.json``'s provenance (a sweep compares it with the run it plans).
+    config : mapping or None, default None
+        The resolved configuration, hashed into the provenance; ``None``: the model's and data
+        module's classes and hyperparameters and the trainer's settings (:func:`run_config`).
+    config_text : str or None, default None
+        ``config.yaml`` as the command line resolved it; ``None``: :func:`python_config_text`.
+    protocol_epochs : int or None, default None
+        The epochs the run's config files plan before command-line options
+        (``results.json``'s ``protocol_epochs``; a report flags a shorter run).
+    """
+
+    command: Sequence[str] | None = None
+    config: Mapping[str, Any] | None = None
+    config_text: str | None = None
+    protocol_epochs: int | None = None
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 # the trainer's settings config.yaml records (Trainer arguments a Trainer object still knows)
 TRAINER_SETTINGS = (
     "max_epochs",
@@ -48,39 +69,6 @@ TRAINER_SETTINGS = (
     "gradient_clip_algorithm",
     "default_root_dir",
 )
-
-
-def has_default_checkpoint(trainer: L.Trainer) -> bool:
-    """Whether the trainer's model checkpoints all monitor nothing (Lightning's default one:
-    it keeps the last epoch, so the "best" checkpoint tested would be the last model)."""
-    checkpoints = [c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)]
-    return bool(checkpoints) and all(c.monitor is None for c in checkpoints)
-
-
-def command_line_callbacks(
-    trainer: L.Trainer,
-    model: L.LightningModule,
-    *,
-    select_best: bool = True,
-    subset_statistics: bool = True,
-) -> list[Callback]:
-    """The callbacks the command line configures that ``trainer`` lacks: with ``select_best``,
-    the best checkpoint by noisy-validation accuracy where the trainer has only Lightning's
-    default checkpoint (a checkpoint of the caller's that monitors something is kept; a trainer
-    with ``enable_checkpointing=False`` gets none); with ``subset_statistics``, the per-subset
-    statistics of a :class:`NoisyLabelMethod` where the trainer has none; and the health
-    check (:class:`~noisylabels.callbacks.HealthMonitor`, whose verdict is ``results.json``'s
-    ``health``) where the trainer has none (one of the caller's, e.g. with another patience, is
-    kept)."""
-    callbacks: list[Callback] = []
-    if not any(isinstance(c, HealthMonitor) for c in trainer.callbacks):
-        callbacks.append(HealthMonitor())
-    if select_best and has_default_checkpoint(trainer):
-        callbacks.append(WarmupAwareCheckpoint(**BEST_CHECKPOINT))
-    has_statistics = any(isinstance(c, SubsetStatistics) for c in trainer.callbacks)
-    if subset_statistics and isinstance(model, NoisyLabelMethod) and not has_statistics:
-        callbacks.append(SubsetStatistics())
-    return callbacks
 
 
 def _init_args(obj: Any) -> dict[str, Any]:

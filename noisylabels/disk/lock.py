@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from noisylabels.disk.reading import LIMITS, UnreadableFile, read_json
+from noisylabels.disk.storage import storage_error
 from noisylabels.errors import InputError
-from noisylabels.reading import LIMITS, UnreadableFile, read_json
-from noisylabels.run.storage import storage_error
 
 LOCK_FILE = "run.lock"
 VERSION_PREFIX = "version_"  # the run folders of Lightning's TensorBoard and CSV loggers
-# the temporary files of a write cut short (noisylabels.run.storage names them
+# the temporary files of a write cut short (noisylabels.disk.storage names them
 # .STEM.PID.tmp.SUFFIX; a checkpoint written through another writer, .last.tmp)
 TEMPORARY = re.compile(r"^\..+\.\d+\.tmp(\.[^.]+)?$|^\.last\.tmp$")
 
@@ -60,7 +60,7 @@ class Holder:
 
 
 def read_object(path: Path, what: str = "") -> dict[str, Any] | None:
-    """The JSON object in ``path`` (:func:`noisylabels.reading.read_json`); ``None`` where
+    """The JSON object in ``path`` (:func:`noisylabels.disk.reading.read_json`); ``None`` where
     there is none to read (no file, an empty, damaged, half-written or oversized one, a named
     pipe, JSON that is not an object). A sweep reads the files of its runs with it
     (``run.lock``, ``sweep_run.json``, ``results.json``)."""

@@ -38,8 +38,8 @@ import yaml
 from jsonargparse import ActionConfigFile
 from jsonargparse import Path as ConfigPath
 
+from noisylabels.disk.reading import parse_yaml, read_text, regular_file
 from noisylabels.errors import InputError, MissingFileError
-from noisylabels.reading import parse_yaml, read_text, regular_file
 
 if TYPE_CHECKING:  # the methods import torch: only a run's epochs need them
     from noisylabels.methods.core.stages import StageSchedule
@@ -62,9 +62,9 @@ def _parse_yaml(text: str, what: str) -> Any:
 
 
 def read_yaml(path: Path, what: str = "config file") -> Any:
-    """The content of the YAML file ``path`` (:func:`noisylabels.reading.read_text` and
-    :func:`~noisylabels.reading.parse_yaml`: a regular file within its size limit, no alias
-    bomb, no key twice in one mapping); :class:`~noisylabels.reading.UnreadableFile` naming it
+    """The content of the YAML file ``path`` (:func:`noisylabels.disk.reading.read_text` and
+    :func:`~noisylabels.disk.reading.parse_yaml`: a regular file within its size limit, no alias
+    bomb, no key twice in one mapping); :class:`~noisylabels.disk.reading.UnreadableFile` naming it
     (as ``what``) and what is wrong. The file is read each time; a text already parsed in this
     process is not parsed again (a sweep reads the same few config files for each of its
     hundreds of runs)."""

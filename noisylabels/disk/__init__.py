@@ -1,0 +1,4 @@
+"""The disk under every command: one reader with limits for each file read back
+(:mod:`~noisylabels.disk.reading`), atomic writes and a full disk as one error
+(:mod:`~noisylabels.disk.storage`), and the lock that makes one process the writer of a folder
+(:mod:`~noisylabels.disk.lock`). It imports nothing of the project but its errors."""
