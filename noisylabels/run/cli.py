@@ -13,6 +13,7 @@ paragraph).
 
 from __future__ import annotations
 
+import inspect
 import sys
 from argparse import ArgumentError
 from pathlib import Path
@@ -232,12 +233,12 @@ def run_stage(cli: NoisyLabelsCLI) -> None:
         say_results(cli.trainer, cli.results)
         return
     found = check_evaluation(cli.checkpoint, cli.model, cli.datamodule, cli.stage)
-    options = {"ckpt_path": config.get("ckpt_path")}
+    # every option of the stage's Trainer method the parser added (add_method_arguments)
+    named = inspect.signature(getattr(L.Trainer, cli.stage)).parameters
+    options = {k: config.get(k) for k in named if k not in OBJECTS and k != "self" and k in config}
     if cli.stage == "predict":
-        options["return_predictions"] = config.get("return_predictions")
         predict_into(cli.trainer, cli.model, cli.datamodule, cli.checkpoint, found, options)
         return
-    options["verbose"] = config.get("verbose", True)
     getattr(cli.trainer, cli.stage)(cli.model, datamodule=cli.datamodule, **options)
 
 

@@ -63,7 +63,7 @@ BUILT = "_noisylabels_run_default"
 
 def not_a_run(value: str, stage: str) -> InputError:
     """The refusal of ``--ckpt_path best|registry`` where no fit of this process made one."""
-    if value == "best" and stage != "fit":
+    if value == "best":
         return InputError(
             "--ckpt_path best names the best checkpoint of a fit in this same process; "
             f"`noisylabels {stage}` runs none: pass a run folder, a checkpoint file or `last` "

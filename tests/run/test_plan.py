@@ -112,7 +112,9 @@ def test_lightning_s_names_are_refused_in_one_text_from_both_doors(
     with pytest.raises(InputError) as from_python:
         fit_and_test(model, data, trainer, RunPlan(resume=value))
     assert str(from_cli.value) == str(from_python.value)
-    assert f"--ckpt_path {value} is not a run to continue" in str(from_cli.value)
+    says = {"best": "names the best checkpoint of a fit in this same process",
+            "registry": "is not a run to continue"}  # fmt: skip
+    assert f"--ckpt_path {value} {says[value]}" in str(from_cli.value)
 
 
 def test_a_trainer_without_checkpointing_tests_its_last_epoch(run_cli, tmp_path: Path) -> None:
@@ -123,3 +125,26 @@ def test_a_trainer_without_checkpointing_tests_its_last_epoch(run_cli, tmp_path:
     assert results["best_epoch"] is None
     assert results["test_acc"] == results["test_acc_last"]
     assert not list(tmp_path.rglob("best-*.ckpt"))
+
+
+@pytest.mark.parametrize("stage", ["validate", "test", "predict"])
+def test_an_evaluation_hands_the_trainer_every_option_of_its_stage(
+    stage: str, finished_run: Path, run_cli, monkeypatch
+) -> None:
+    """``--weights_only`` (and the stage's other Trainer options) reach the trainer's method:
+    an option the command accepts is applied."""
+    import functools
+
+    called: dict = {}
+    real = getattr(L.Trainer, stage)
+
+    @functools.wraps(real)  # the parser reads the options from the real signature
+    def spy(self, model, datamodule=None, **options):
+        called.update(options)
+
+    monkeypatch.setattr(L.Trainer, stage, spy)
+    folder = next(finished_run.rglob("results.json")).parent
+    run_cli(stage, "--config", QUICKSTART, "--ckpt_path", str(folder), "--weights_only", "false")
+    assert called["weights_only"] is False
+    assert called["ckpt_path"] == str(Path(read_results(finished_run)["checkpoint"]))
+    assert ("return_predictions" in called) == (stage == "predict")
