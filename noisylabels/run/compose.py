@@ -284,16 +284,18 @@ def _part(group: Any) -> tuple[str | None, dict[str, Any]]:
 
 def default_root_dir(config: Any) -> Path:
     """``runs/<dataset>_<method>`` for a resolved config (``data`` and ``model`` groups): the
-    data module's ``name`` (``mnist``), the method's class in lower case with ``_dualt`` for
-    the Dual-T estimator and ``_vrnl`` for a non-zero α (``forward_vrnl``), as the presets
-    name their folders; ``runs`` where either class is unknown."""
+    data module's ``name`` (``mnist``), the method's config group name (its class's own
+    ``config_name``, ``volmin``; else the class in lower case) with ``_dualt`` for the Dual-T
+    estimator and ``_vrnl`` for a non-zero α (``forward_vrnl``): the stems of the data and
+    method group files the run composes; ``runs`` where either class is unknown."""
     data_path, _ = _part(config.get("data"))
     model_path, args = _part(config.get("model"))
     if data_path is None or model_path is None:
         return RUNS
     data_class = import_class(data_path)
     dataset = getattr(data_class, "name", None) or data_path.rsplit(".", 1)[-1].lower()
-    method = model_path.rsplit(".", 1)[-1].lower()
+    own = vars(import_class(model_path, "noisylabels.methods") or object).get("config_name")
+    method = own or model_path.rsplit(".", 1)[-1].lower()
     if args.get("transition") == "estimate" and args.get("estimator") == "dual_t":
         method += "_dualt"
     if float(args.get("alpha") or 0.0) != 0.0:

@@ -92,6 +92,19 @@ def test_presets_compose_their_data_and_method_group() -> None:
         assert len(model) <= 3, f"{preset.name} repeats what its groups say"
 
 
+def test_a_runs_folder_is_named_by_its_data_and_method_groups(resolver) -> None:
+    """A run that names no folder goes to ``runs/<data>_<method>``, the stems of the data and
+    method group files it composes, for every data group x method group pair (VolMinNet's
+    ``volmin`` included, not its class name)."""
+    from noisylabels.run.compose import default_root_dir
+
+    for data in sorted((CONFIGS / "data").glob("*.yaml")):
+        for method in sorted((CONFIGS / "method").glob("*.yaml")):
+            config = resolver.namespace([data, method])
+            expected = Path("runs") / f"{data.stem}_{method.stem}"
+            assert default_root_dir(config) == expected, (data.name, method.name)
+
+
 def test_no_config_restates_the_epochs_the_code_derives() -> None:
     """No shipped config or sweep sets ``trainer.max_epochs``: a run trains its stage schedule's
     epochs (warm-up + main + revision) unless the command line says otherwise."""
