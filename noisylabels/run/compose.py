@@ -2,9 +2,10 @@
 
 A config file may begin with ``compose:``, a list of other config files (paths relative to the
 file); those are applied first, in order, then the file's own keys on top. Groups under
-``configs/`` (``data/``, ``method/``, ``trainer/``) hold one concern each, and the presets
-(e.g. ``configs/cifar100_volmin_vrnl.yaml``) compose a data and a method file and hold only the
-settings particular to that pair::
+``configs/`` (``data/``, ``method/``, ``protocol/``, ``trainer/``) hold one concern each; a run
+composes a data and a method group (repeated ``--config``), and a pair with settings of its own
+has a preset (e.g. ``configs/cifar100_volmin_vrnl.yaml``) that composes the two and holds only
+those settings::
 
     compose: [data/cifar100.yaml, method/volmin_vrnl.yaml]
     model:
@@ -14,11 +15,11 @@ settings particular to that pair::
 Files compose exactly as repeated ``--config`` options do: later values win, subclass
 ``init_args`` merge, lists are replaced.
 
-A run whose config sets no ``trainer.default_root_dir`` (groups composed on the command line,
-where no preset names the folder) goes to ``runs/<dataset>_<method>``
-(:func:`default_root_dir`), the folder the preset of that pair would name, e.g.
-``--config configs/data/mnist.yaml --config configs/method/reweight_vrnl.yaml`` to
-``runs/mnist_reweight_vrnl``.
+A run whose config sets no ``trainer.default_root_dir`` (no shipped preset sets one) goes to
+``runs/<dataset>_<method>`` (:func:`default_root_dir`), named by the stems of its data and method
+groups, e.g. ``--config configs/data/mnist.yaml --config configs/method/reweight_vrnl.yaml`` to
+``runs/mnist_reweight_vrnl``, ``configs/cifar100_volmin_vrnl.yaml`` to
+``runs/cifar100_volmin_vrnl``.
 """
 
 from __future__ import annotations
