@@ -11,7 +11,7 @@ import pytest
 
 from noisylabels.run.compose import read_composed
 
-from conftest import CONFIGS, REPO, pair_configs, pairs
+from conftest import CONFIGS, DATASETS, METHODS, REPO, pair_configs
 
 DOCS = REPO / "docs"
 # datasets with a page of their own: docs/<dataset>.md
@@ -43,8 +43,9 @@ def test_a_datasets_page_names_every_preset_of_the_dataset(dataset: str) -> None
 
 
 def test_the_forward_presets_estimate_t_as_the_docs_say() -> None:
-    forward = [p for p in pairs("mnist", "cifar10", "cifar100", "clothing1m") if "_forward" in p]
-    assert len(forward) == 4 * 4  # forward, its VRNL and Dual-T variants
+    methods = [m for m in METHODS if m.startswith("forward")]
+    assert len(methods) == 4  # forward, its VRNL and Dual-T variants
+    forward = [f"{dataset}_{method}" for dataset in DATASETS for method in methods]
     for pair in forward:
         assert model_option(pair_configs(pair), "transition") == "estimate", pair
     with_true_t = [*read_composed(CONFIGS / "protocol" / "true_t.yaml")]
