@@ -56,7 +56,7 @@ CONFIGS = REPO / "configs"
 # dataset: (configs, options) of the one recipe, fixed before any measurement
 RECIPES: dict[str, tuple[list[str], list[str]]] = {
     "mnist": (
-        ["mnist_ce.yaml"],
+        ["data/mnist.yaml", "method/ce.yaml"],
         ["--model.alpha", "0.01", "--trainer.max_epochs", "{epochs}"],
     ),
     "digits": (  # the quickstart's data, network and schedule, with CE-VRNL

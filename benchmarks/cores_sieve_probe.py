@@ -9,7 +9,8 @@ largest share, the mean top probability and logit spread, the mean cross-entropy
 wrong labels, the class prior. docs/results.md ("What the sieve's start does") reads it::
 
     NOISYLABELS_SIEVE_PROBE=probe.jsonl PYTHONPATH=benchmarks noisylabels fit \
-        --config configs/mnist_cores.yaml --data.data_dir DATA --data.noise_rate 0.5 \
+        --config configs/data/mnist.yaml --config configs/method/cores.yaml \
+        --data.data_dir DATA --data.noise_rate 0.5 \
         --trainer.callbacks+=cores_sieve_probe.CoresProbe
 """
 

@@ -69,17 +69,20 @@ CONFIGS = REPO / "configs"
 # the application's command line per workload (the plain loops below do the same work)
 APP_ARGS: dict[str, list[str]] = {
     "forward-vrnl": [
-        *("--config", str(CONFIGS / "mnist_forward_vrnl.yaml")),
+        *("--config", str(CONFIGS / "data" / "mnist.yaml")),
+        *("--config", str(CONFIGS / "method" / "forward_vrnl.yaml")),
         *("--config", str(CONFIGS / "protocol" / "true_t.yaml")),
     ],
     "reweight": [
-        *("--config", str(CONFIGS / "mnist_reweight.yaml")),
+        *("--config", str(CONFIGS / "data" / "mnist.yaml")),
+        *("--config", str(CONFIGS / "method" / "reweight.yaml")),
         *("--model.schedule.warmup_epochs", "1", "--model.schedule.warmup_model", "last"),
         *("--model.schedule.main_stage_init", "continue"),
         *("--model.schedule.warmup_momentum", "null"),
     ],
     "coteaching": [
-        *("--config", str(CONFIGS / "mnist_coteaching.yaml")),
+        *("--config", str(CONFIGS / "data" / "mnist.yaml")),
+        *("--config", str(CONFIGS / "method" / "coteaching.yaml")),
         *("--config", str(CONFIGS / "protocol" / "vrnl_sgd.yaml")),
         *("--model.forget_rate", str(NOISE), "--model.ramp_epochs", "1"),
     ],

@@ -20,7 +20,8 @@ summary table, also written as JSON (``--out``):
    ``--model.speed.compile true`` and with ``--model.speed.compile false``: each finishes;
    images/s per epoch, graphs compiled, recompiles, CUDA-graph skips;
 6. ``mnist`` (with ``--data-dir`` holding MNIST, ``make gpu-check DATA=...``): 3 epochs of
-   ``configs/mnist_forward_vrnl.yaml``, compiled and eager: the test accuracy of each.
+   ``configs/data/mnist.yaml`` + ``configs/method/forward_vrnl.yaml``, compiled and eager: the
+   test accuracy of each.
 
 A step that would not fit in what is left of the budget is skipped and says so. The exit status
 is 1 if a step failed. Without CUDA this is a dry run: it says so, lists what it would run and
@@ -336,7 +337,8 @@ def cifar_fit(check: Check) -> dict[str, Any]:
     n_train, n_test = (500, 100) if check.rehearsal else (10_000, 2_000)
     data = write_fake_cifar10(check.work / "cifar", n_train, n_test)
     common = [
-        *("--config", "configs/cifar10_forward_vrnl.yaml", "--data.data_dir", str(data)),
+        *("--config", "configs/data/cifar10.yaml", "--config", "configs/method/forward_vrnl.yaml"),
+        *("--data.data_dir", str(data)),
         *("--trainer.max_epochs", "2", "--model.schedule.warmup_epochs", "1"),
     ]
     if check.rehearsal:
@@ -456,7 +458,7 @@ def _where_time_goes(rows: dict[str, Any]) -> str:
 
 
 def mnist(check: Check) -> dict[str, Any]:
-    """3 epochs of configs/mnist_forward_vrnl.yaml, compiled and eager, on real MNIST."""
+    """3 epochs of the MNIST and Forward-VRNL groups, compiled and eager, on real MNIST."""
     data = check.args.data_dir
     if not data or not (Path(data) / "MNIST" / "raw" / "train-images-idx3-ubyte").is_file():
         return {
@@ -465,7 +467,8 @@ def mnist(check: Check) -> dict[str, Any]:
             "figures": {},
         }
     common = [
-        *("--config", "configs/mnist_forward_vrnl.yaml", "--data.data_dir", str(data)),
+        *("--config", "configs/data/mnist.yaml", "--config", "configs/method/forward_vrnl.yaml"),
+        *("--data.data_dir", str(data)),
         *("--trainer.max_epochs", "3", "--model.schedule.warmup_epochs", "1"),
     ]
     if check.rehearsal:
@@ -489,7 +492,7 @@ STEPS: list[tuple[str, Callable[[Check], dict[str, Any]], int, str]] = [
     ("stage-change", stage_change, 60, "Forward, Co-teaching: stage change compiled vs eager"),
     ("throughput", throughput, 90, "gpu_throughput.py --fake-data: ResNet-18, ResNet-32, LeNet-5"),
     ("cifar-fit", cifar_fit, 60, "fit fake CIFAR-10 ResNet-18: shipped, compile true/false"),
-    ("mnist", mnist, 40, "configs/mnist_forward_vrnl.yaml, 3 epochs, compiled and eager"),
+    ("mnist", mnist, 40, "MNIST Forward-VRNL groups, 3 epochs, compiled and eager"),
 ]
 """(name, step, seconds it needs at least, what it does), in the order they run: the compiled
 throughput rows fill inductor's on-disk cache, from which the fits' graphs then load."""

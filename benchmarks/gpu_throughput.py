@@ -77,26 +77,26 @@ from noisylabels.methods import NoisyLabelMethod, VolMinNet, vrnl_objective  # n
 from noisylabels.methods.core.losses import forward_loss  # noqa: E402
 from noisylabels.run.cli import make_cli  # noqa: E402
 
-WORKLOADS = {  # name: (preset, dataset)
-    "cifar10-resnet18": ("cifar10_forward_vrnl.yaml", "cifar10"),
-    "cifar100-resnet32": ("cifar100_volmin_vrnl.yaml", "cifar100"),
-    "mnist-lenet5": ("mnist_forward_vrnl.yaml", "mnist"),
-    "cifar10-resnet18-dividemix": ("cifar10_dividemix.yaml", "cifar10"),
+WORKLOADS = {  # name: (dataset_method pair, dataset)
+    "cifar10-resnet18": ("cifar10_forward_vrnl", "cifar10"),
+    "cifar100-resnet32": ("cifar100_volmin_vrnl", "cifar100"),
+    "mnist-lenet5": ("mnist_forward_vrnl", "mnist"),
+    "cifar10-resnet18-dividemix": ("cifar10_dividemix", "cifar10"),
 }
 DEFAULT_WORKLOADS = ["cifar10-resnet18", "cifar100-resnet32", "mnist-lenet5"]
 TRUE_T = ["--config", str(REPO / "configs" / "protocol" / "true_t.yaml")]
 """The true T of the synthetic noise and no warm-up (a method with a transition-matrix option)."""
-OWN_STAGE = {  # preset: options that make every step one of the method's own stage
-    "cifar10_forward_vrnl.yaml": TRUE_T,
-    "mnist_forward_vrnl.yaml": TRUE_T,
-    "cifar100_volmin_vrnl.yaml": [],  # T is learned with the classifier from the first step
-    "cifar10_dividemix.yaml": ["--model.schedule.warmup_epochs", "0", "--model.alpha", "0.0"],
+OWN_STAGE = {  # pair: options that make every step one of the method's own stage
+    "cifar10_forward_vrnl": TRUE_T,
+    "mnist_forward_vrnl": TRUE_T,
+    "cifar100_volmin_vrnl": [],  # T is learned with the classifier from the first step
+    "cifar10_dividemix": ["--model.schedule.warmup_epochs", "0", "--model.alpha", "0.0"],
 }
 """Each workload's options for timing steady-state steps of its method's own stage. DivideMix:
 its MixMatch step from the first one (two networks, two views; the epoch's pass over the training
 set comes before the first step and counts in its time), without VRNL (see the module
 docstring)."""
-PLAIN_LOOP = {"cifar10_forward_vrnl.yaml", "mnist_forward_vrnl.yaml", "cifar100_volmin_vrnl.yaml"}
+PLAIN_LOOP = {"cifar10_forward_vrnl", "mnist_forward_vrnl", "cifar100_volmin_vrnl"}
 """Presets with a hand-written twin (:func:`plain_loop`): Forward-VRNL and VolMinNet-VRNL."""
 REAL_FILE = {
     "cifar10": "cifar-10-batches-py/data_batch_1",
@@ -259,10 +259,25 @@ def fast(mode: str, device: torch.device) -> list[str]:
     ]
 
 
+PROTOCOLS = {"cifar10_dividemix": "dividemix_cifar"}
+"""The protocol a pair without a preset composes after its groups (configs/protocol/)."""
+
+
+def config_args(pair: str) -> list[str]:
+    """``--config`` options of a pair: its preset, or its data and method groups (and protocol)."""
+    configs = REPO / "configs"
+    if (configs / f"{pair}.yaml").is_file():
+        return ["--config", str(configs / f"{pair}.yaml")]
+    dataset, _, method = pair.partition("_")
+    files = [configs / "data" / f"{dataset}.yaml", configs / "method" / f"{method}.yaml"]
+    files += [configs / "protocol" / f"{PROTOCOLS[pair]}.yaml"] if pair in PROTOCOLS else []
+    return [arg for file in files for arg in ("--config", str(file))]
+
+
 def app_args(preset: str, data_dir: str, root: str, args: argparse.Namespace) -> list[str]:
     steps = args.warmup_steps + args.steps + 2 * args.sync_steps
     return [
-        *("fit", "--config", str(REPO / "configs" / preset), "--data.data_dir", data_dir),
+        *("fit", *config_args(preset), "--data.data_dir", data_dir),
         *OWN_STAGE[preset],
         *("--trainer.accelerator", args.device, "--trainer.max_steps", str(steps)),
         *("--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0"),
@@ -321,8 +336,7 @@ def run_app(
 def instantiate(preset: str, data_dir: str) -> tuple[NoisyLabelMethod, NoisyDataModule]:
     """The preset's method and data module, as ``noisylabels fit`` would build them."""
     cli = make_cli(
-        ["--config", str(REPO / "configs" / preset), "--data.data_dir", data_dir]
-        + OWN_STAGE[preset],
+        [*config_args(preset), "--data.data_dir", data_dir] + OWN_STAGE[preset],
         run=False,
         save_config_callback=None,
     )

@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> None:
         run(
             [
                 "fit",
-                *("--config", str(CONFIGS / "mnist_forward_vrnl.yaml")),
+                *("--config", str(CONFIGS / "data" / "mnist.yaml")),
+                *("--config", str(CONFIGS / "method" / "forward_vrnl.yaml")),
                 *("--config", str(CONFIGS / "protocol" / "true_t.yaml")),
                 *("--data.data_dir", args.data_dir, "--trainer.max_epochs", str(args.epochs)),
                 *("--trainer.accelerator", "cpu", "--trainer.default_root_dir", out),

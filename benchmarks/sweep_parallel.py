@@ -28,8 +28,9 @@ import lightning as L
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-CONFIG = REPO / "configs" / "mnist_forward_vrnl.yaml"
-TRUE_T = REPO / "configs" / "protocol" / "true_t.yaml"  # the preset estimates T after a warm-up
+DATA_GROUP = REPO / "configs" / "data" / "mnist.yaml"
+CONFIG = REPO / "configs" / "method" / "forward_vrnl.yaml"  # after the data group
+TRUE_T = REPO / "configs" / "protocol" / "true_t.yaml"  # the group estimates T after a warm-up
 BATCH = 128
 
 
@@ -57,7 +58,8 @@ def measure(n: int, threads: int, args: argparse.Namespace, scratch: Path) -> fl
         env["EPOCH_CLOCK_FILE"] = str(clock)
         env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO), env.get("PYTHONPATH", "")])
         command = [
-            sys.executable, "-m", "noisylabels.cli", "fit", "--config", str(CONFIG),
+            sys.executable, "-m", "noisylabels.cli", "fit", "--config", str(DATA_GROUP),
+            "--config", str(CONFIG),
             "--config", str(TRUE_T),
             "--data.data_dir", str(args.data_dir), "--trainer.max_epochs", str(args.epochs),
             "--trainer.limit_train_batches", str(args.batches),

@@ -48,8 +48,9 @@ from noisylabels.data import MNISTDataModule  # noqa: E402
 from noisylabels.methods import vrnl_objective  # noqa: E402
 from noisylabels.models import LeNet5  # noqa: E402
 
-CONFIG = REPO / "configs" / "mnist_forward_vrnl.yaml"
-TRUE_T = REPO / "configs" / "protocol" / "true_t.yaml"  # the preset estimates T after a warm-up
+DATA_GROUP = REPO / "configs" / "data" / "mnist.yaml"
+CONFIG = REPO / "configs" / "method" / "forward_vrnl.yaml"  # after the data group
+TRUE_T = REPO / "configs" / "protocol" / "true_t.yaml"  # the group estimates T after a warm-up
 ALPHA, LR, MOMENTUM, WD, BATCH, NOISE = 0.1, 0.01, 0.9, 1e-4, 128, 0.2
 MEAN, STD = 0.1307, 0.3081
 
@@ -113,6 +114,8 @@ def app_epochs(data_dir: str, progress_bar: bool, epochs: int) -> list[tuple[flo
         cli = run(
             [
                 "fit",
+                "--config",
+                str(DATA_GROUP),
                 "--config",
                 str(CONFIG),
                 "--config",

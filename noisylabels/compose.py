@@ -2,9 +2,10 @@
 
 A config file may begin with ``compose:``, a list of other config files (paths relative to the
 file); those are applied first, in order, then the file's own keys on top. Groups under
-``configs/`` (``data/``, ``method/``, ``trainer/``) hold one concern each, and the presets
-(e.g. ``configs/cifar100_volmin_vrnl.yaml``) compose a data and a method file and hold only the
-settings particular to that pair::
+``configs/`` (``data/``, ``method/``, ``protocol/``, ``trainer/``) hold one concern each; a run
+composes a data and a method group (repeated ``--config``), and a pair with settings of its own
+has a preset (e.g. ``configs/cifar100_volmin_vrnl.yaml``) that composes the two and holds only
+those settings::
 
     compose: [data/cifar100.yaml, method/volmin_vrnl.yaml]
     model:
@@ -14,11 +15,11 @@ settings particular to that pair::
 Files compose exactly as repeated ``--config`` options do: later values win, subclass
 ``init_args`` merge, lists are replaced.
 
-A run whose config sets no ``trainer.default_root_dir`` (groups composed on the command line,
-where no preset names the folder) goes to ``runs/<dataset>_<method>``
-(:func:`default_root_dir`), the folder the preset of that pair would name, e.g.
-``--config configs/data/mnist.yaml --config configs/method/reweight_vrnl.yaml`` to
-``runs/mnist_reweight_vrnl``.
+A run whose config sets no ``trainer.default_root_dir`` (no shipped preset sets one) goes to
+``runs/<dataset>_<method>`` (:func:`default_root_dir`), named by the stems of its data and method
+groups, e.g. ``--config configs/data/mnist.yaml --config configs/method/reweight_vrnl.yaml`` to
+``runs/mnist_reweight_vrnl``, ``configs/cifar100_volmin_vrnl.yaml`` to
+``runs/cifar100_volmin_vrnl``.
 """
 
 from __future__ import annotations
@@ -284,16 +285,18 @@ def _part(group: Any) -> tuple[str | None, dict[str, Any]]:
 
 def default_root_dir(config: Any) -> Path:
     """``runs/<dataset>_<method>`` for a resolved config (``data`` and ``model`` groups): the
-    data module's ``name`` (``mnist``), the method's class in lower case with ``_dualt`` for
-    the Dual-T estimator and ``_vrnl`` for a non-zero α (``forward_vrnl``), as the presets
-    name their folders; ``runs`` where either class is unknown."""
+    data module's ``name`` (``mnist``), the method's config group name (its class's own
+    ``config_name``, ``volmin``; else the class in lower case) with ``_dualt`` for the Dual-T
+    estimator and ``_vrnl`` for a non-zero α (``forward_vrnl``): the stems of the data and
+    method group files the run composes; ``runs`` where either class is unknown."""
     data_path, _ = _part(config.get("data"))
     model_path, args = _part(config.get("model"))
     if data_path is None or model_path is None:
         return RUNS
     data_class = import_class(data_path)
     dataset = getattr(data_class, "name", None) or data_path.rsplit(".", 1)[-1].lower()
-    method = model_path.rsplit(".", 1)[-1].lower()
+    own = vars(import_class(model_path, "noisylabels.methods") or object).get("config_name")
+    method = own or model_path.rsplit(".", 1)[-1].lower()
     if args.get("transition") == "estimate" and args.get("estimator") == "dual_t":
         method += "_dualt"
     if float(args.get("alpha") or 0.0) != 0.0:

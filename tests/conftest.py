@@ -38,23 +38,73 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
-def preset_params(presets: list[Path]) -> list[Any]:
-    """``presets`` as test parameters for end-to-end runs of every preset: in the default run
-    every MNIST preset (each method group once), each dataset's CE preset (each data group once)
-    and every preset holding settings of its own beyond its composed groups; the other presets,
-    compositions of groups that already run, only under ``-m slow``."""
-    import yaml
+DATASETS = ("mnist", "cifar10", "cifar100", "clothing1m")
+"""The datasets of the paper's tables, each a data group ``configs/data/<dataset>.yaml``."""
+METHODS = tuple(sorted(p.stem for p in (CONFIGS / "method").glob("*.yaml")))
+"""Every method group, ``configs/method/<method>.yaml``."""
+PAIR_PROTOCOLS: dict[str, tuple[str, ...]] = {
+    **{f"cifar100_{m}": ("cifar100_estimate",) for m in
+       ("forward", "forward_vrnl", "reweight", "reweight_vrnl", "reweight_dualt")},
+    **{f"cifar{n}_sop": ("sop_cifar",) for n in ("10", "100")},
+    "cifar10_dividemix": ("dividemix_cifar",),
+    "cifar10_elr": ("elr_cifar10",),
+    "mnist_gce": ("vrnl_sgd",),
+    **{f"clothing1m_{m}": ("vrnl_sgd",) for m in ("cores", "decoupling", "gce", "trevision")},
+}  # fmt: skip
+"""The protocols (``configs/protocol/``) a pair without a preset composes after its groups, as
+those files' comments say."""
 
+
+def pair_configs(pair: str) -> list[Path]:
+    """The config files of a run of ``<dataset>_<method>``: its preset where the pair has
+    settings of its own, else ``data/<dataset>.yaml``, ``method/<method>.yaml`` and the
+    protocols of :data:`PAIR_PROTOCOLS`."""
+    preset = CONFIGS / f"{pair}.yaml"
+    if preset.is_file():
+        return [preset]
+    dataset, _, method = pair.partition("_")
+    protocols = PAIR_PROTOCOLS.get(pair, ())
+    files = [CONFIGS / "data" / f"{dataset}.yaml", CONFIGS / "method" / f"{method}.yaml"]
+    files += [CONFIGS / "protocol" / f"{name}.yaml" for name in protocols]
+    missing = [str(f) for f in files if not f.is_file()]
+    assert not missing, f"{pair}: no preset, and no {missing}"
+    return files
+
+
+def config_args(pair: str) -> list[str]:
+    """``--config FILE`` for each of :func:`pair_configs`, as a command line gives them."""
+    return [arg for file in pair_configs(pair) for arg in ("--config", str(file))]
+
+
+def pairs(*datasets: str) -> list[str]:
+    """Every ``<dataset>_<method>`` of ``datasets`` and the method groups, but a ``_vrnl`` group
+    on a dataset where its base method has a preset and it has none: the groups lack the pair's
+    settings (Clothing1M's Co-teaching sets ``forget_rate: estimate``, without which real noise
+    is refused); such a run is the base's preset with ``--model.alpha``."""
+    out = []
+    for dataset in datasets:
+        for method in METHODS:
+            base = method.removesuffix("_vrnl")
+            preset = CONFIGS / f"{dataset}_{method}.yaml"
+            if base != method and (CONFIGS / f"{dataset}_{base}.yaml").is_file():
+                if not preset.is_file():
+                    continue
+            out.append(f"{dataset}_{method}")
+    return out
+
+
+def pair_params(names: list[str]) -> list[Any]:
+    """The pairs ``names`` as test parameters for end-to-end runs of every pair: in the default
+    run every MNIST pair (each method group once), each dataset's CE (each data group once) and
+    every pair with a preset (settings of its own); the other pairs, compositions of groups that
+    already run, only under ``-m slow``."""
     params = []
-    for preset in presets:
-        content = yaml.safe_load(preset.read_text()) or {}
-        own = {k: v for k, v in content.items() if k not in ("compose", "trainer")}
-        trainer = {k: v for k, v in (content.get("trainer") or {}).items()}
-        trainer.pop("default_root_dir", None)
-        dataset, _, method = preset.stem.partition("_")
-        default = dataset == "mnist" or method == "ce" or bool(own) or bool(trainer)
+    for name in names:
+        dataset, _, method = name.partition("_")
+        preset = (CONFIGS / f"{name}.yaml").is_file()
+        default = dataset == "mnist" or method == "ce" or preset
         marks = () if default else (pytest.mark.slow,)
-        params.append(pytest.param(preset, marks=marks, id=preset.stem))
+        params.append(pytest.param(name, marks=marks, id=name))
     return params
 
 

@@ -44,6 +44,8 @@ class VolMinNet(NoisyLabelMethod):
     batch counts as one step of Lightning's ``global_step``.
     """
 
+    config_name = "volmin"  # configs/method/volmin.yaml, runs/<dataset>_volmin
+
     def __init__(
         self,
         kappa: float = 2.0,

@@ -4,12 +4,12 @@ A sweep file names the configs every run composes, the axes of the grid (each va
 file and/or options) and rules that add options where axis values meet::
 
     name: table1_mnist                # runs go to <root>/table1_mnist/<method>/<noise>/<seed>/
-    base: []                          # configs every run composes first (optional)
+    base: [../data/mnist.yaml]        # configs every run composes first (optional)
     args: {data.data_dir: data}       # options of every run (optional)
     axes:                             # in folder order
       method:
-        forward: {config: ../table1/mnist_forward.yaml}
-        forward_vrnl: {config: ../table1/mnist_forward_vrnl.yaml}
+        forward: {config: ../method/forward.yaml}   # or a list of files
+        forward_vrnl: {config: ../method/forward_vrnl.yaml}
       noise:
         sym-0.2: {data.noise_type: symmetric, data.noise_rate: 0.2}
         pair-0.45: {data.noise_type: pair, data.noise_rate: 0.45}

@@ -17,7 +17,7 @@ from noisylabels.data.clothing1m import ANNOTATION_FILES, read_label_kv
 from noisylabels.data.files import is_safe_key
 from noisylabels.data.samplers import ClassBalancedSampler
 
-from conftest import CONFIGS, preset_params
+from conftest import CONFIGS, config_args, pair_params, pairs
 
 NAMES = [
     "T-Shirt",
@@ -336,32 +336,38 @@ def test_bad_options(kwargs: dict, match: str) -> None:
         Clothing1MDataModule(**kwargs)
 
 
-CLOTHING_CONFIGS = sorted(CONFIGS.glob("clothing1m_*.yaml"))
+CLOTHING_PAIRS = pairs("clothing1m")
 
 
-def test_every_method_has_a_clothing1m_config() -> None:
-    stems = {p.stem for p in CLOTHING_CONFIGS}
+def test_every_paper_method_runs_in_the_table2_sweep() -> None:
+    """The Table 2 sweep runs CE, Forward, Reweight and VolMinNet and their VRNL variants, each
+    on the Clothing1M data group."""
+    from noisylabels.sweep.grid import load_sweep
+
+    sweep = load_sweep(CONFIGS / "sweeps" / "table2_clothing1m.yaml")
+    methods = {run.point["method"] for run in sweep.runs}
     for method in ("ce", "forward", "reweight", "volmin"):
-        assert f"clothing1m_{method}" in stems
-        assert method == "ce" or f"clothing1m_{method}_vrnl" in stems
+        assert method in methods and (method == "ce" or f"{method}_vrnl" in methods)
+    for run in sweep.runs:
+        assert CONFIGS / "data" / "clothing1m.yaml" in run.configs, run.name
 
 
-@pytest.mark.parametrize("config", preset_params(CLOTHING_CONFIGS))
-def test_fast_dev_run_clothing1m_config(
-    config: Path, clothing, run_cli, tmp_path: Path, request: pytest.FixtureRequest
+@pytest.mark.parametrize("pair", pair_params(CLOTHING_PAIRS))
+def test_fast_dev_run_clothing1m_pair(
+    pair: str, clothing, run_cli, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Every Clothing1M preset trains, validates and tests. The real ResNet-50 runs with the CE
-    preset; the presets of the other methods, which differ from it in the method only, and the
-    tests below, which test the data, run with the tiny stand-in backbone."""
-    if config.stem != "clothing1m_ce":
+    """Every Clothing1M pair (the data group with each method group, its preset where it has
+    one) trains, validates and tests. The real ResNet-50 runs with CE; the other methods, which
+    differ from it in the method only, and the tests below, which test the data, run with the
+    tiny stand-in backbone."""
+    if pair != "clothing1m_ce":
         request.getfixturevalue("tiny_backbones")
     root, _ = clothing
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cli = run_cli(
             "fit",
-            "--config",
-            str(config),
+            *config_args(pair),
             "--data.data_dir",
             str(root),
             "--model.network.pretrained",
@@ -394,8 +400,7 @@ def test_cli_clean_val_and_subsampling_with_workers(
     with pytest.warns(UserWarning) as caught:
         cli = run_cli(
             "fit",
-            "--config",
-            str(CONFIGS / "clothing1m_ce.yaml"),
+            *config_args("clothing1m_ce"),
             "--data.data_dir",
             str(root),
             "--model.network.pretrained",
@@ -432,8 +437,7 @@ def test_subset_statistics_use_the_clean_noisy_overlap(
         warnings.simplefilter("ignore")
         cli = run_cli(
             "fit",
-            "--config",
-            str(CONFIGS / "clothing1m_ce.yaml"),
+            *config_args("clothing1m_ce"),
             "--data.data_dir",
             str(root),
             "--model.network.pretrained",

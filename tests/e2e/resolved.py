@@ -2,8 +2,8 @@
 module's class and every option, the trainer's settings with the epochs the run trains, and the
 run's own options (seed, tail test). ``tests/e2e/resolved_configs.json`` records them for every
 preset, group and sweep run as they resolved before the method's options moved into groups
-(:data:`MOVED` maps each old name to its new one); ``test_configs.py`` keeps every shipped config
-resolving to the same run."""
+(:data:`MOVED` maps each old name to its new one), with the folder each run writes to;
+``test_configs.py`` keeps every shipped config resolving to the same run."""
 
 from __future__ import annotations
 
@@ -88,11 +88,22 @@ def epochs(config: Any) -> int | None:
     return given if given is not None else schedule_epochs(config["model"])
 
 
+def root(config: Any) -> str:
+    """The folder a run of ``config`` writes to: ``trainer.default_root_dir``, or where it is
+    unset the one ``noisylabels fit`` derives from the data and method
+    (:func:`noisylabels.run.compose.default_root_dir`)."""
+    from noisylabels.run.compose import default_root_dir
+
+    return str(config["trainer"]["default_root_dir"] or default_root_dir(config))
+
+
 def run_values(config: Any) -> dict[str, Any]:
-    """The values that decide a run of the resolved ``config``, by their current names."""
+    """The values that decide a run of the resolved ``config``, by their current names, with
+    the epochs it trains and the folder it writes to."""
     kept = ("checkpoint.monitor", "checkpoint.mode")
     values = {k: v for k, v in flat(config).items() if k in kept or not k.startswith(SKIPPED)}
     values["epochs"] = epochs(config)
+    values["trainer.default_root_dir"] = root(config)
     method = str(values.get("model.class", "")).rsplit(".", 1)[-1]
     warmup = MOVED["model.warmup_epochs"]
     for name in ("model.warmup_epochs", warmup):  # a given T runs no warm-up, whatever it says

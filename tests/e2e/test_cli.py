@@ -8,28 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CONFIGS, preset_params, read_results
+from conftest import CONFIGS, config_args, pair_params, pairs, read_results
 
-SHIPPED = sorted(p for p in CONFIGS.glob("*.yaml"))
-
-
-def data_dir_for(config: Path, dirs: dict[str, Path]) -> Path | None:
-    for prefix, folder in dirs.items():
-        if config.name.startswith(prefix + "_"):
-            return folder
-    return None
+DATASET_PAIRS = pairs("mnist", "cifar10", "cifar100")
 
 
-DATASET_PRESETS = [p for p in SHIPPED if p.name.split("_")[0] in ("mnist", "cifar10", "cifar100")]
-
-
-def _fast_dev_run(config: Path, run_cli, tmp_path: Path, dirs: dict[str, Path]) -> None:
+def _fast_dev_run(pair: str, run_cli, tmp_path: Path, dirs: dict[str, Path]) -> None:
     cli = run_cli(
         "fit",
-        "--config",
-        str(config),
+        *config_args(pair),
         "--data.data_dir",
-        str(data_dir_for(config, dirs)),
+        str(dirs[pair.partition("_")[0]]),
         "--trainer.fast_dev_run",
         "2",
         "--trainer.accelerator",
@@ -47,25 +36,23 @@ def _fast_dev_run(config: Path, run_cli, tmp_path: Path, dirs: dict[str, Path]) 
     assert not {"results.json", "noise.pt", "config.yaml", "last.ckpt"} & set(written), written
 
 
-@pytest.mark.parametrize("config", preset_params(DATASET_PRESETS))
-def test_fast_dev_run_every_preset(
-    config: Path, run_cli, tmp_path: Path, mnist_dir, cifar10_dir, cifar100_dir, tiny_backbones
+@pytest.mark.parametrize("pair", pair_params(DATASET_PAIRS))
+def test_fast_dev_run_every_pair(
+    pair: str, run_cli, tmp_path: Path, mnist_dir, cifar10_dir, cifar100_dir, tiny_backbones
 ) -> None:
-    """Every MNIST/CIFAR preset trains, validates and tests through the CLI (every stage, with
-    a stand-in for the ResNets); pure compositions of groups that run here already under
-    ``-m slow`` (conftest.preset_params)."""
+    """Every MNIST/CIFAR data group x method group pair (its preset where it has one) trains,
+    validates and tests through the CLI (every stage, with a stand-in for the ResNets); the
+    pairs of groups that run here already, under ``-m slow`` (conftest.pair_params)."""
     dirs = {"mnist": mnist_dir, "cifar10": cifar10_dir, "cifar100": cifar100_dir}
-    _fast_dev_run(config, run_cli, tmp_path, dirs)
+    _fast_dev_run(pair, run_cli, tmp_path, dirs)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "config", [p for p in DATASET_PRESETS if not p.name.startswith("mnist")], ids=lambda p: p.stem
-)
-def test_fast_dev_run_every_cifar_preset_with_its_resnet(
-    config: Path, run_cli, tmp_path: Path, cifar10_dir, cifar100_dir
+@pytest.mark.parametrize("pair", [p for p in DATASET_PAIRS if not p.startswith("mnist")])
+def test_fast_dev_run_every_cifar_pair_with_its_resnet(
+    pair: str, run_cli, tmp_path: Path, cifar10_dir, cifar100_dir
 ) -> None:
-    _fast_dev_run(config, run_cli, tmp_path, {"cifar10": cifar10_dir, "cifar100": cifar100_dir})
+    _fast_dev_run(pair, run_cli, tmp_path, {"cifar10": cifar10_dir, "cifar100": cifar100_dir})
 
 
 def test_quickstart_end_to_end(run_cli, tmp_path: Path) -> None:

@@ -13,13 +13,12 @@ import pytest
 import yaml
 
 import resolved
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS, DATASETS, REPO, pair_configs
 
 PRESETS = sorted(p for p in CONFIGS.glob("*.yaml") if p.stem != "quickstart")
 GROUPS = sorted(
     p for group in ("data", "method", "trainer", "protocol") for p in (CONFIGS / group).glob("*")
 )
-DATASETS = ("mnist", "cifar10", "cifar100", "clothing1m")
 
 
 def resolve(capsys: pytest.CaptureFixture, *configs: Path | str, args: tuple = ()) -> dict:
@@ -75,21 +74,35 @@ def test_the_shared_parser_prints_what_the_command_prints(capsys, printed) -> No
         assert printed(*configs, args=args) == command, configs
 
 
-def test_presets_compose_their_data_and_method_group() -> None:
+def test_presets_compose_their_data_and_method_group(resolver) -> None:
     """``<dataset>_<method>.yaml`` composes ``data/<dataset>.yaml``, ``method/<method>.yaml`` and at
-    most protocol files, and holds few settings of its own."""
-    methods = {p.stem.partition("_")[2] for p in PRESETS}
-    assert len(methods) >= 14 and len(PRESETS) == 4 * len(methods)  # each on every dataset
+    most protocol files, and holds settings of its own, few, and not the folder the code derives
+    (``runs/<dataset>_<method>``): a pair that would hold nothing else is composed from its
+    groups instead."""
+    assert {p.stem.partition("_")[0] for p in PRESETS} == set(DATASETS)
     for preset in PRESETS:
         dataset, _, method = preset.stem.partition("_")
         content = yaml.safe_load(preset.read_text())
-        data, group, *protocols = content["compose"]
+        data, group, *protocols = content.pop("compose")
         assert (data, group) == (f"data/{dataset}.yaml", f"method/{method}.yaml"), preset.name
         assert all(p.startswith("protocol/") for p in protocols), preset.name
-        assert content["trainer"]["default_root_dir"] == f"runs/{preset.stem}", preset.name
-        assert set(content["trainer"]) == {"default_root_dir"}, preset.name
+        assert "trainer" not in content, f"{preset.name}: the code derives its trainer settings"
+        assert resolved.root(resolver.namespace([preset])) == f"runs/{preset.stem}", preset.name
         model = (content.get("model") or {}).get("init_args") or {}
-        assert len(model) <= 3, f"{preset.name} repeats what its groups say"
+        assert content and len(model) <= 3, f"{preset.name} holds nothing or repeats its groups"
+
+
+def test_a_runs_folder_is_named_by_its_data_and_method_groups(resolver) -> None:
+    """A run that names no folder goes to ``runs/<data>_<method>``, the stems of the data and
+    method group files it composes, for every data group x method group pair (VolMinNet's
+    ``volmin`` included, not its class name)."""
+    from noisylabels.run.compose import default_root_dir
+
+    for data in sorted((CONFIGS / "data").glob("*.yaml")):
+        for method in sorted((CONFIGS / "method").glob("*.yaml")):
+            config = resolver.namespace([data, method])
+            expected = Path("runs") / f"{data.stem}_{method.stem}"
+            assert default_root_dir(config) == expected, (data.name, method.name)
 
 
 def test_no_config_restates_the_epochs_the_code_derives() -> None:
@@ -109,18 +122,14 @@ def test_no_config_restates_the_epochs_the_code_derives() -> None:
 
 
 def test_groups_compose_on_the_command_line(capsys) -> None:
-    """data + method groups given as repeated --config resolve like the preset of the pair."""
-    preset = resolve(capsys, CONFIGS / "mnist_forward_vrnl.yaml")
-    root = ("--trainer.default_root_dir", "runs/mnist_forward_vrnl")
-    composed = resolve(
-        capsys, CONFIGS / "data" / "mnist.yaml", CONFIGS / "method" / "forward_vrnl.yaml", args=root
-    )
-    assert composed == preset
+    """data + method groups given as repeated --config, with the preset's own settings as
+    options, resolve like the preset of the pair, in either order."""
+    preset = resolve(capsys, CONFIGS / "mnist_jocor.yaml")
+    own = ("--model.co_lambda", "0.95")
+    data, method = CONFIGS / "data" / "mnist.yaml", CONFIGS / "method" / "jocor.yaml"
+    assert resolve(capsys, data, method, args=own) == preset
     # order does not matter for disjoint groups: the data file may set the backbone first
-    swapped = resolve(
-        capsys, CONFIGS / "method" / "forward_vrnl.yaml", CONFIGS / "data" / "mnist.yaml", args=root
-    )
-    assert swapped == preset
+    assert resolve(capsys, method, data, args=own) == preset
 
 
 def test_an_option_of_a_group_is_set_alone_on_the_command_line(capsys) -> None:
@@ -128,7 +137,7 @@ def test_an_option_of_a_group_is_set_alone_on_the_command_line(capsys) -> None:
     null included, in either spelling."""
     config = resolve(
         capsys,
-        CONFIGS / "mnist_forward.yaml",
+        *pair_configs("mnist_forward"),
         args=("--model.schedule.warmup_momentum", "null", "--model.schedule.decay_beta1=null",
               "--model.schedule.warmup_epochs", "15", "--model.optim.lr", "0.05"),
     )  # fmt: skip
@@ -187,15 +196,16 @@ def changes(before: dict[str, Any], now: dict[str, Any]) -> dict[str, list[Any]]
 
 
 def test_every_shipped_config_resolves_to_the_run_it_recorded(resolver) -> None:
-    """Every preset, the quickstart and every group resolve to the method, options, data and
-    epochs recorded in ``resolved_configs.json`` (before the method options moved into groups:
+    """Every preset, the quickstart and every group (and every preset since composed from its
+    groups, as the pair's groups) resolve to the method, options, data, epochs and folder
+    recorded in ``resolved_configs.json`` (before the method options moved into groups:
     ``resolved.MOVED`` names where each went)."""
     configs, _ = resolved.recorded()
     shipped = resolved.shipped_configs()
-    assert set(configs) <= set(shipped), "a shipped config is gone"
     different = {}
-    for name, before in configs.items():
-        found = changes(before, resolver(shipped[name]))
+    for name, before in configs.items():  # a preset no longer shipped: its pair's groups
+        files = shipped.get(name) or pair_configs(name.removesuffix(".yaml"))
+        found = changes(before, resolver(files))
         if found:
             different[name] = found
     assert not different
@@ -237,7 +247,7 @@ def test_forward_and_reweight_presets_are_the_papers_protocol(printed, dataset: 
     CIFAR-100), then a new network for Forward and the estimation model for Reweight, and the
     paper's 80 epochs (milestones 30, 60 of the corrected stage)."""
     for method in ("forward", "forward_vrnl", "reweight", "reweight_vrnl"):
-        config = printed(CONFIGS / f"{dataset}_{method}.yaml")
+        config = printed(*pair_configs(f"{dataset}_{method}"))
         args = config["model"]["init_args"]
         schedule = args["schedule"]
         assert args["transition"] == "estimate" and args["estimator"] == "anchor", method
@@ -252,8 +262,9 @@ def test_forward_and_reweight_presets_are_the_papers_protocol(printed, dataset: 
 
 
 def test_true_t_is_one_composable_file(capsys) -> None:
-    """The paper's Fig.-1 protocol (the true T, 80 epochs) composes after a preset."""
-    config = resolve(capsys, CONFIGS / "mnist_forward_vrnl.yaml", CONFIGS / "protocol/true_t.yaml")
+    """The paper's Fig.-1 protocol (the true T, 80 epochs) composes after a method group."""
+    pair = pair_configs("mnist_forward_vrnl")
+    config = resolve(capsys, *pair, CONFIGS / "protocol/true_t.yaml")
     assert config["model"]["init_args"]["transition"] is True
     assert config["model"]["init_args"]["schedule"]["warmup_epochs"] == 0
     assert resolved.epochs(config) == 80
@@ -377,18 +388,18 @@ def test_baseline_presets_follow_the_reference_table(printed) -> None:
     reference does."""
     rows = reference_table()
     methods = ("coteaching", "mentornet", "decoupling", "trevision", "forward_dualt", "ptd")
-    assert {r["preset"] for r in rows} >= {
+    assert {r["pair"] for r in rows} >= {
         f"{d}_{m}"
         for d in ("mnist", "cifar10", "cifar100")
         for m in (*methods, "coteachingplus", "jocor")
     }
     for row in rows:
-        config = printed(CONFIGS / f"{row['preset']}.yaml")
-        expected = {k: v for k, v in row.items() if k not in ("preset", "reports", OWN)}
-        assert protocol_row(config) == expected, row["preset"]
-        assert own_options(config, row[OWN]) == row[OWN], row["preset"]
+        config = printed(*pair_configs(row["pair"]))
+        expected = {k: v for k, v in row.items() if k not in ("pair", "reports", OWN)}
+        assert protocol_row(config) == expected, row["pair"]
+        assert own_options(config, row[OWN]) == row[OWN], row["pair"]
         tail = config.get("tail_test_epochs", 0)
-        assert (tail == 10) == (row["reports"] == "tail"), row["preset"]
+        assert (tail == 10) == (row["reports"] == "tail"), row["pair"]
         if row["reports"] == "tail":
             data = config["data"]["init_args"]
-            assert data["normalize"] is False and data["augment"] is False, row["preset"]
+            assert data["normalize"] is False and data["augment"] is False, row["pair"]

@@ -39,7 +39,7 @@ from noisylabels.methods.core.distributed import gather_batch
 from noisylabels.methods.selection import small_loss_mask
 from noisylabels.noise import symmetric_transition
 
-from conftest import CONFIGS, REPO, make_image_folder, make_mnist, read_results
+from conftest import CONFIGS, REPO, config_args, make_image_folder, make_mnist, read_results
 
 HERE = Path(__file__).resolve().parent
 WORLD = 2
@@ -420,8 +420,7 @@ def test_trainer_configs_compose_after_a_dataset_config(run_cli, capsys, piece, 
     with pytest.raises(SystemExit) as exc:
         run_cli(
             "fit",
-            "--config",
-            str(CONFIGS / "cifar10_forward_vrnl.yaml"),
+            *config_args("cifar10_forward_vrnl"),
             "--config",
             str(CONFIGS / "trainer" / piece),
             "--model.variance_scope",

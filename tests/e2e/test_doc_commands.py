@@ -111,7 +111,7 @@ PLACEHOLDERS = {
     "X.yaml": "configs/quickstart.yaml",
     "configs/X.yaml": "configs/quickstart.yaml",
     "my_config.yaml": "configs/quickstart.yaml",
-    "configs/mnist_<method>.yaml": "configs/mnist_forward.yaml",
+    "configs/method/<method>.yaml": "configs/method/forward.yaml",
 }
 
 

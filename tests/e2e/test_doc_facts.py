@@ -11,18 +11,18 @@ import pytest
 
 from noisylabels.compose import read_composed
 
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS, DATASETS, METHODS, REPO, pair_configs
 
 DOCS = REPO / "docs"
 # datasets with a page of their own: docs/<dataset>.md
 PAGES = sorted(p.stem for p in DOCS.glob("*.md") if any(CONFIGS.glob(f"{p.stem}_*.yaml")))
 
 
-def model_option(preset: Path, key: str) -> Any:
-    """The ``model.init_args`` value ``key`` that ``preset`` resolves to (composed files first,
-    later ones win)."""
+def model_option(files: list[Path], key: str) -> Any:
+    """The ``model.init_args`` value ``key`` that the config ``files`` resolve to (composed files
+    first, later ones win)."""
     value = None
-    for _, content, _ in read_composed(preset):
+    for _, content, _ in (part for file in files for part in read_composed(file)):
         model = content.get("model") if isinstance(content, Mapping) else None
         init_args = model.get("init_args") if isinstance(model, Mapping) else None
         if isinstance(init_args, Mapping) and key in init_args:
@@ -43,10 +43,11 @@ def test_a_datasets_page_names_every_preset_of_the_dataset(dataset: str) -> None
 
 
 def test_the_forward_presets_estimate_t_as_the_docs_say() -> None:
-    presets = sorted(CONFIGS.glob("*_forward*.yaml"))
-    assert presets
-    for preset in presets:
-        assert model_option(preset, "transition") == "estimate", preset.name
+    methods = [m for m in METHODS if m.startswith("forward")]
+    assert len(methods) == 4  # forward, its VRNL and Dual-T variants
+    forward = [f"{dataset}_{method}" for dataset in DATASETS for method in methods]
+    for pair in forward:
+        assert model_option(pair_configs(pair), "transition") == "estimate", pair
     with_true_t = [*read_composed(CONFIGS / "protocol" / "true_t.yaml")]
     assert with_true_t[-1][1]["model"]["init_args"]["transition"] is True
     methods = " ".join((DOCS / "methods.md").read_text(encoding="utf-8").split())

@@ -20,11 +20,11 @@ import pytest
 import torch
 from as_command import run_command
 
-from conftest import CONFIGS, REPO, make_cifar, make_mnist
+from conftest import CONFIGS, REPO, config_args, make_cifar, make_mnist
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
-MNIST_CE = str(CONFIGS / "mnist_ce.yaml")
-CIFAR10_CE = str(CONFIGS / "cifar10_ce.yaml")
+MNIST_CE = config_args("mnist_ce")  # --config data/mnist.yaml --config method/ce.yaml
+CIFAR10_CE = config_args("cifar10_ce")
 CE_ON_DIGITS = ["--model", "CE", "--model.schedule.warmup_epochs", "0"]
 REWEIGHT = ["--model.class_path", "noisylabels.methods.Reweight"]
 ESTIMATE = ["--model.transition", "estimate"]
@@ -89,7 +89,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     root = tmp_path_factory.mktemp("inputs")
     mnist = make_mnist(root / "mnist", n_train=200, n_test=40)
     digits_ckpt = _fit(root / "digits_run", "--config", QUICKSTART, *CE_ON_DIGITS)
-    mnist_ckpt = _fit(root / "mnist_run", "--config", MNIST_CE, "--data.data_dir", str(mnist))
+    mnist_ckpt = _fit(root / "mnist_run", *MNIST_CE, "--data.data_dir", str(mnist))
     marker = root / "payload_ran"
     (root / "bad.yaml").write_text("model:\n  init_args:\n    lr: [0.1\n")
     (root / "garbage.ckpt").write_bytes(b"this is not a checkpoint\n" * 10)
@@ -232,9 +232,9 @@ CASES: list[tuple[str, Case, int]] = [
     ("T-file-missing", lambda f: (["--config", QUICKSTART, "--model.transition",
      str(f.root / "T_nope.csv")], "--model.transition"), 2),
     # ---- dataset files
-    ("mnist-truncated", lambda f: (["--config", MNIST_CE, "--data.data_dir",
+    ("mnist-truncated", lambda f: ([*MNIST_CE, "--data.data_dir",
      str(f.root / "bad_mnist")], "train-images-idx3-ubyte"), 2),
-    ("mnist-missing", lambda f: (["--config", MNIST_CE, "--data.data_dir",
+    ("mnist-missing", lambda f: ([*MNIST_CE, "--data.data_dir",
      str(f.root / "no_data")], "no_data"), 2),
     # ---- checkpoints
     ("ckpt-truncated", lambda f: (["--config", QUICKSTART, "--ckpt_path",
@@ -281,7 +281,7 @@ CASES: list[tuple[str, Case, int]] = [
     ("reweight-estimate-without-warmup", lambda f: (["--config", QUICKSTART, *REWEIGHT,
      *ESTIMATE, "--model.schedule.warmup_epochs", "0"],
      "Reweight with --model.transition estimate"), 2),
-    ("trevision-on-a-ce-preset", lambda f: (["--config", MNIST_CE, "--data.data_dir",
+    ("trevision-on-a-ce-preset", lambda f: ([*MNIST_CE, "--data.data_dir",
      str(f.mnist_dir), "--model.class_path", "noisylabels.methods.TRevision"],
      "--model.schedule.warmup_epochs N"), 2),
     ("seed-negative", lambda f: (["--config", QUICKSTART, "--seed_everything", "-5"],
@@ -354,7 +354,7 @@ CASES: list[tuple[str, Case, int]] = [
      "--trainer.logger", "false", "--trainer.default_root_dir", str(f.root / "flat_run")],
      "already holds a run"), 2),
     # ---- data files are never executed; a YAML file says each thing once
-    ("cifar-batch-runs-code", lambda f: (["--config", CIFAR10_CE, "--data.data_dir",
+    ("cifar-batch-runs-code", lambda f: ([*CIFAR10_CE, "--data.data_dir",
      str(f.root / "planted_cifar")], "data_batch_1 is not a CIFAR batch: it holds the Python "
      "global posix.system"), 2),
     ("config-duplicate-key", lambda f: (["--config", QUICKSTART, "--config",

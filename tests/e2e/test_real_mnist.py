@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONFIGS, read_results, real_mnist_dir
+from conftest import CONFIGS, config_args, read_results, real_mnist_dir
 
 DATA = real_mnist_dir()
 
@@ -19,8 +19,7 @@ pytestmark = [
 def test_one_epoch_forward_vrnl_sym20_beats_95(run_cli, tmp_path: Path) -> None:
     run_cli(
         "fit",
-        "--config",
-        str(CONFIGS / "mnist_forward_vrnl.yaml"),
+        *config_args("mnist_forward_vrnl"),
         "--config",
         str(CONFIGS / "protocol" / "true_t.yaml"),
         "--data.data_dir",
@@ -47,7 +46,7 @@ def test_compiled_run_reaches_the_eager_runs_accuracy(run_cli, tmp_path: Path) -
     accuracy = {}
     for compile in ("false", "true"):
         run_cli(
-            *("fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml")),
+            *("fit", *config_args("mnist_forward_vrnl")),
             *("--config", str(CONFIGS / "protocol" / "true_t.yaml")),
             *("--data.data_dir", str(DATA), "--trainer.max_epochs", "5"),
             *("--trainer.accelerator", "cpu", "--model.speed.compile", compile),

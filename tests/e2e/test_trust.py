@@ -25,7 +25,6 @@ from test_errors import GOOD_RESULTS, RunsCode, error_lines
 from conftest import CONFIGS, REPO, copy_run
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
-CIFAR10_CE = str(CONFIGS / "cifar10_ce.yaml")
 
 
 @dataclass

@@ -16,7 +16,7 @@ from noisylabels.data import MNISTDataModule
 from noisylabels.methods import Forward, Reweight, StageSchedule
 from noisylabels.run import WarmupAwareCheckpoint, fit_and_test
 
-from conftest import CONFIGS, read_results
+from conftest import config_args, read_results
 
 
 def fill(model: nn.Module, value: float) -> None:
@@ -180,8 +180,7 @@ def test_best_warmup_epoch_through_the_cli(run_cli, tmp_path, mnist_dir) -> None
     noisy-validation accuracy; results.json records that epoch and both test accuracies."""
     run_cli(
         "fit",
-        "--config",
-        str(CONFIGS / "mnist_forward_vrnl.yaml"),
+        *config_args("mnist_forward_vrnl"),
         "--model.schedule.warmup_epochs",
         "3",
         "--trainer.max_epochs",

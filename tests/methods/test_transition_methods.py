@@ -18,7 +18,7 @@ from noisylabels.methods import transition as transition_module
 from noisylabels.noise import bias_transition, estimation_error, load_transition
 from noisylabels.run import WarmupAwareCheckpoint
 
-from conftest import CONFIGS, read_results
+from conftest import CONFIGS, config_args, read_results
 
 TINY = ["--trainer.accelerator", "cpu", "--data.batch_size", "16"]
 GIVEN_T = {"transition": True, "schedule": {"warmup_epochs": 0}}  # nothing to estimate
@@ -212,7 +212,7 @@ def test_bad_transition_arguments() -> None:
 def test_warmup_longer_than_run_is_refused(run_cli, mnist_dir) -> None:
     with pytest.raises(ValueError, match="warmup_epochs=20 leaves no epoch"):
         run_cli(
-            "fit", "--config", str(CONFIGS / "mnist_reweight.yaml"),
+            "fit", *config_args("mnist_reweight"),
             "--data.data_dir", str(mnist_dir), "--trainer.max_epochs", "2", *TINY,
         )  # fmt: skip
 
@@ -231,7 +231,7 @@ def test_estimated_T_real_tiny_run_then_resume(run_cli, tmp_path, mnist_dir, mon
     monkeypatch.setattr(transition_module, "anchor_transition", spy)
     first = tmp_path / "first"
     run_cli(
-        "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
+        "fit", *config_args("mnist_forward_vrnl"),
         "--model.transition", "estimate", "--model.schedule.warmup_epochs", "1",
         "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
         "--checkpoint.save_top_k", "-1", "--checkpoint.save_last", "true",
@@ -264,7 +264,7 @@ def test_estimated_T_real_tiny_run_then_resume(run_cli, tmp_path, mnist_dir, mon
 
     monkeypatch.setattr(transition_module, "anchor_transition", no_estimate)
     run_cli(
-        "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
+        "fit", *config_args("mnist_forward_vrnl"),
         "--model.transition", "estimate", "--model.schedule.warmup_epochs", "1",
         "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3",
         "--ckpt_path", str(folder / "checkpoints" / "last.ckpt"),
@@ -312,7 +312,7 @@ def test_dual_t_under_fast_dev_run(run_cli, tmp_path, mnist_dir, monkeypatch, fi
 
     monkeypatch.setattr(transition_module, "dual_t_parts", spy)
     cli = run_cli(
-        "fit", "--config", str(CONFIGS / "mnist_forward.yaml"),
+        "fit", *config_args("mnist_forward"),
         "--model.transition", "estimate", "--model.estimator", "dual_t",
         "--model.filter_outliers", filter_outliers, "--trainer.fast_dev_run", "2",
         "--data.data_dir", str(mnist_dir), *TINY,
@@ -352,7 +352,7 @@ def test_estimation_uses_outputs_without_augmentation(cifar10_dir) -> None:
 # ------------------------------------------------------------------------------- biased T
 def test_biased_true_T_reports_its_error(run_cli, tmp_path, mnist_dir) -> None:
     run_cli(
-        "fit", "--config", str(CONFIGS / "mnist_forward_vrnl.yaml"),
+        "fit", *config_args("mnist_forward_vrnl"),
         "--config", str(CONFIGS / "protocol" / "true_t.yaml"), "--model.transition_bias", "0.1",
         "--model.bias_seed", "3", "--trainer.max_epochs", "1",
         "--trainer.limit_train_batches", "2", "--data.data_dir", str(mnist_dir), *TINY,

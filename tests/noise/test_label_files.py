@@ -13,7 +13,7 @@ from noisylabels.data import DigitsDataModule
 from noisylabels.errors import InputError, MissingFileError
 from noisylabels.noise import FileLabels, ShippedLabels, SyntheticNoise, read_label_file
 
-from conftest import CONFIGS
+from conftest import config_args
 
 LABELS = [3, 0, 2, 2, 1]
 
@@ -209,11 +209,10 @@ def test_human_label_file_errors(tmp_path, cifar10_clean) -> None:
         read_label_file(path, n, 10, "worse_label", clean=shuffled)
 
 
-def _fit_with_label_file(run_cli, config: str, data_dir: Path, path: Path, key: str) -> Any:
+def _fit_with_label_file(run_cli, pair: str, data_dir: Path, path: Path, key: str) -> Any:
     return run_cli(
         "fit",
-        "--config",
-        str(CONFIGS / config),
+        *config_args(pair),
         "--data.data_dir",
         str(data_dir),
         "--data.noise_type",
@@ -236,7 +235,7 @@ def test_cifar10n_worse_label_through_the_cli(
 ) -> None:
     path = tmp_path / "CIFAR-10_human.pt"
     worse = cifar10n_file(path, cifar10_clean, legacy=True)
-    cli = _fit_with_label_file(run_cli, "cifar10_ce.yaml", cifar10_dir, path, "worse_label")
+    cli = _fit_with_label_file(run_cli, "cifar10_ce", cifar10_dir, path, "worse_label")
     noise = cli.results["noise"]  # fast_dev_run: the results, but no results.json
     expected = (worse != cifar10_clean).float().mean().item()
     assert noise["type"] == "file" and noise["file"] == str(path)
@@ -253,10 +252,10 @@ def test_cifar100n_noisy_label_through_the_cli(run_cli, tmp_path: Path, cifar100
     noisy = _flip_every_third(clean, 100)
     path = tmp_path / "CIFAR-100_human.pt"  # CIFAR-100N's shape, here as a dict of tensors
     torch.save({"clean_label": clean, "noisy_label": noisy, "noisy_coarse_label": clean // 5}, path)
-    cli = _fit_with_label_file(run_cli, "cifar100_ce.yaml", cifar100_dir, path, "noisy_label")
+    cli = _fit_with_label_file(run_cli, "cifar100_ce", cifar100_dir, path, "noisy_label")
     noise = cli.results["noise"]
     assert noise["key"] == "noisy_label" and noise["rate_nominal"] is None
     assert noise["rate_actual"] == pytest.approx((noisy != clean).float().mean().item())
     # a wrong key fails before training and lists the keys present
     with pytest.raises(InputError, match=r"'clean_label', 'noisy_coarse_label', 'noisy_label'"):
-        _fit_with_label_file(run_cli, "cifar100_ce.yaml", cifar100_dir, path, "noisy")
+        _fit_with_label_file(run_cli, "cifar100_ce", cifar100_dir, path, "noisy")

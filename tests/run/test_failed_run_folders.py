@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONFIGS
+from conftest import CONFIGS, config_args
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
 
@@ -36,9 +36,9 @@ def test_a_run_refused_at_setup_removes_the_folders_it_made(tmp_path: Path, caps
     assert kept.is_dir() and list(kept.iterdir()) == []  # what existed stays, nothing more
 
 
-def test_a_preset_without_its_data_leaves_no_folder(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_a_run_without_its_data_leaves_no_folder(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    err = fails(["--config", str(CONFIGS / "mnist_ce.yaml"), "--data.data_dir",
+    err = fails([*config_args("mnist_ce"), "--data.data_dir",
                  str(tmp_path / "nonexistent")], capsys)  # fmt: skip
     assert "MNIST not found" in err
     assert list(tmp_path.iterdir()) == []  # no runs/mnist_ce

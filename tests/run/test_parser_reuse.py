@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from conftest import CONFIGS
+from conftest import CONFIGS, config_args
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
-MNIST_CE = str(CONFIGS / "mnist_ce.yaml")
+MNIST_CE = config_args("mnist_ce")
 # commands that differ in what parsing keeps apart: the method (its init_args), a list default
 # replaced, group options, the stage, a config text, a default of the trainer
 COMMANDS: dict[str, list[str]] = {
@@ -24,7 +24,7 @@ COMMANDS: dict[str, list[str]] = {
     "group-null": ["fit", "--config", QUICKSTART, "--model.schedule.milestones", "null",
                    "--seed_everything", "5", "--checkpoint.monitor", "val/loss",
                    "--checkpoint.mode", "min"],
-    "test-stage": ["test", "--config", MNIST_CE, "--trainer.max_epochs", "3"],
+    "test-stage": ["test", *MNIST_CE, "--trainer.max_epochs", "3"],
     "config-text": ["validate", "--config", QUICKSTART, "--config",
                     "{trainer: {limit_val_batches: 2}, data: {noise_rate: 0.4}}"],
 }  # fmt: skip

@@ -70,6 +70,10 @@ class NoisyLabelMethod(StagedModule):
     """
 
     abstract = True  # a base of methods, not one itself (see methods.core.registry)
+    config_name: str | None = None
+    """The stem of the method's config group (``configs/method/<name>.yaml``) where it is not the
+    class name in lower case: its runs' default folder is ``runs/<dataset>_<name>``
+    (:func:`noisylabels.run.compose.default_root_dir`). A class's own: a subclass names its own."""
     views_needed: int = 1
     """Augmented views of every image the method's training batches need (``--data.views``;
     DivideMix: 2); a run whose data serves fewer is refused before training."""
