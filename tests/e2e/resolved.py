@@ -91,8 +91,8 @@ def epochs(config: Any) -> int | None:
 def root(config: Any) -> str:
     """The folder a run of ``config`` writes to: ``trainer.default_root_dir``, or where it is
     unset the one ``noisylabels fit`` derives from the data and method
-    (:func:`noisylabels.run.compose.default_root_dir`)."""
-    from noisylabels.run.compose import default_root_dir
+    (:func:`noisylabels.compose.default_root_dir`)."""
+    from noisylabels.compose import default_root_dir
 
     return str(config["trainer"]["default_root_dir"] or default_root_dir(config))
 

@@ -96,7 +96,7 @@ def test_a_runs_folder_is_named_by_its_data_and_method_groups(resolver) -> None:
     """A run that names no folder goes to ``runs/<data>_<method>``, the stems of the data and
     method group files it composes, for every data group x method group pair (VolMinNet's
     ``volmin`` included, not its class name)."""
-    from noisylabels.run.compose import default_root_dir
+    from noisylabels.compose import default_root_dir
 
     for data in sorted((CONFIGS / "data").glob("*.yaml")):
         for method in sorted((CONFIGS / "method").glob("*.yaml")):

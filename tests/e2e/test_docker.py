@@ -119,7 +119,7 @@ def test_volumes_match_the_configs_relative_paths(dockerfile) -> None:
     """Shipped configs say ``data_dir: data`` and their runs go to ``runs/...`` (the folder the
     code derives): relative to the final WORKDIR, which must hold them as volumes (and the
     configs)."""
-    from noisylabels.run.compose import RUNS
+    from noisylabels.compose import RUNS
 
     state = simulate(dockerfile)
     (volumes,) = [json.loads(args) for keyword, args in dockerfile if keyword == "VOLUME"]

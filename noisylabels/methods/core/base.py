@@ -73,7 +73,7 @@ class NoisyLabelMethod(StagedModule):
     config_name: str | None = None
     """The stem of the method's config group (``configs/method/<name>.yaml``) where it is not the
     class name in lower case: its runs' default folder is ``runs/<dataset>_<name>``
-    (:func:`noisylabels.run.compose.default_root_dir`). A class's own: a subclass names its own."""
+    (:func:`noisylabels.compose.default_root_dir`). A class's own: a subclass names its own."""
     views_needed: int = 1
     """Augmented views of every image the method's training batches need (``--data.views``;
     DivideMix: 2); a run whose data serves fewer is refused before training."""
