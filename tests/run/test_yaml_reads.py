@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from noisylabels import compose, reading
+from noisylabels import compose
+from noisylabels.disk import reading
 
 
 def test_a_text_is_parsed_once_and_each_read_is_a_copy(tmp_path: Path, monkeypatch) -> None:
