@@ -57,6 +57,7 @@ from noisylabels.run.rules import (
     check_run_length,
     check_seed,
     folder_problem,
+    random_seed,
 )
 from noisylabels.run.source import RunSource
 
@@ -142,7 +143,8 @@ class NoisyLabelsCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Lightning's parsing; also keeps the command line (``self.command``) for
-        ``results.json``'s provenance, and refuses a seed numpy cannot take."""
+        ``results.json``'s provenance; refuses a seed numpy cannot take and draws the random
+        seed ``--seed_everything true`` asks for (Lightning's would be 0)."""
         if args is None or isinstance(args, (list, tuple)):
             argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
             self.command = [self.stage, *argv]
@@ -150,6 +152,8 @@ class NoisyLabelsCLI(LightningCLI):
         else:
             super().parse_arguments(parser, args)
         check_seed(self.config.get("seed_everything"))
+        if self.config.get("seed_everything") is True:  # as its help says: a random seed, which
+            self.config["seed_everything"] = random_seed()  # config.yaml then records
 
     def before_instantiate_classes(self) -> None:
         """Resolve ``--trainer.max_epochs`` left unset (null): the epochs of the method's stage

@@ -268,3 +268,10 @@ def check_seed(seed: Any) -> None:
             f"--seed_everything must be an integer from 0 to {MAX_SEED} (true: a random "
             f"seed, false: no seeding), got {seed}"
         )
+
+
+def random_seed() -> int:
+    """A seed drawn from the operating system's randomness, for ``--seed_everything true``."""
+    import secrets
+
+    return secrets.randbelow(MAX_SEED + 1)

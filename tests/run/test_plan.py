@@ -148,3 +148,16 @@ def test_an_evaluation_hands_the_trainer_every_option_of_its_stage(
     assert called["weights_only"] is False
     assert called["ckpt_path"] == str(Path(read_results(finished_run)["checkpoint"]))
     assert ("return_predictions" in called) == (stage == "predict")
+
+
+def test_seed_everything_true_draws_a_seed_and_records_it() -> None:
+    """``--seed_everything true`` is a random seed, as its help says (Lightning's own would seed
+    0), and the run records the seed it drew."""
+    from noisylabels.run.cli import make_cli
+
+    args = ["--config", QUICKSTART, "--trainer.accelerator", "cpu", "--seed_everything", "true"]
+    seeds = [make_cli(args, run=False).config["seed_everything"] for _ in range(3)]
+    assert all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    assert len(set(seeds)) > 1
+    cli = make_cli(args, run=False)
+    assert f"seed_everything: {cli.config['seed_everything']}" in cli.config_text
