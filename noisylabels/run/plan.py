@@ -12,7 +12,7 @@ are equal by construction.
 
 One rule for a callback the caller gives too: a caller's callback of a type the plan builds runs
 instead of the plan's, with its options (``DivergenceGuard(check_every=10)``, a
-``ModelCheckpoint`` that monitors something, a ``SubsetStatistics``); a :class:`TailTest` is
+``ModelCheckpoint`` with settings of its own, a ``SubsetStatistics``); a :class:`TailTest` is
 refused, as the tail test is :attr:`RunPlan.tail_test_epochs`; Lightning's default checkpoint,
 which monitors nothing and so keeps the last epoch, is replaced by the best one.
 """
@@ -103,8 +103,9 @@ class RunPlan:
         epoch; ``--checkpoint.*``) that replaces Lightning's default checkpoint: by default the
         highest noisy-validation accuracy (``val/acc``, max) as ``best-epochNNN.ckpt``.
         ``None``: keep the trainer's checkpoints as they are (Lightning's default one keeps,
-        and so tests, the last epoch). A checkpoint of the caller's that monitors something is
-        kept either way; a trainer with ``enable_checkpointing=False`` gets none.
+        and so tests, the last epoch). A checkpoint of the caller's with settings of its own (a
+        monitor, every epoch, keep all) is kept either way; a trainer with
+        ``enable_checkpointing=False`` gets none.
     subset_statistics : bool, default True
         Record the per-subset loss statistics of a ``NoisyLabelMethod``
         (:class:`SubsetStatistics`, ``subsets.csv``) where the trainer has none.
@@ -210,7 +211,7 @@ class RunPlan:
         built = [c for c in wanted if not any(isinstance(g, type(c)) for g in given)]
         checkpoints = [c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)]
         # Lightning's default checkpoint (it monitors nothing) or one an earlier plan built
-        defaults = [c for c in checkpoints if c.monitor is None or getattr(c, BUILT, False)]
+        defaults = [c for c in checkpoints if getattr(c, BUILT, False) or is_lightnings(c)]
         if self.checkpoint is not None and defaults and len(defaults) == len(checkpoints):
             built.append(WarmupAwareCheckpoint(**self.checkpoint))
         for callback in built:
@@ -303,6 +304,25 @@ def run_callbacks(
     if isinstance(datamodule, NoisyDataModule):
         callbacks.extend(datamodule.callbacks())
     return callbacks
+
+
+# the settings by which a checkpoint differs from Lightning's default one
+_CHECKPOINT_SETTINGS = ("monitor", "dirpath", "filename", "save_last", "save_top_k",
+                        "save_weights_only", "_every_n_epochs", "_every_n_train_steps",
+                        "_train_time_interval", "_save_on_train_epoch_end")  # fmt: skip
+
+
+def is_lightnings(checkpoint: ModelCheckpoint) -> bool:
+    """Whether ``checkpoint`` is Lightning's default one (``ModelCheckpoint()``: it monitors
+    nothing and keeps the last epoch), which the best checkpoint replaces; a checkpoint of the
+    caller's with settings of its own (every epoch, ``save_top_k=-1``) is kept, and tested."""
+    if type(checkpoint) is not ModelCheckpoint:
+        return False
+    default = ModelCheckpoint()
+    return all(
+        getattr(checkpoint, name, None) == getattr(default, name, None)
+        for name in _CHECKPOINT_SETTINGS
+    )
 
 
 def attach_callbacks(trainer: L.Trainer, callbacks: list[Callback]) -> None:

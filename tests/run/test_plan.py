@@ -161,3 +161,29 @@ def test_seed_everything_true_draws_a_seed_and_records_it() -> None:
     assert len(set(seeds)) > 1
     cli = make_cli(args, run=False)
     assert f"seed_everything: {cli.config['seed_everything']}" in cli.config_text
+
+
+@pytest.mark.parametrize(
+    ("given", "replaced"),
+    [({}, True), ({"save_top_k": -1}, False), ({"every_n_epochs": 3}, False),
+     ({"monitor": "val/acc", "mode": "max"}, False), ({"dirpath": "elsewhere"}, False)],
+)  # fmt: skip
+def test_only_lightning_s_default_checkpoint_is_replaced(
+    given: dict, replaced: bool, tmp_path: Path
+) -> None:
+    """A ModelCheckpoint with settings of the caller's (every epoch, keep all, a monitor) is
+    the run's checkpoint as given; Lightning's default one (``ModelCheckpoint()``, which keeps
+    the last epoch) gives way to the best checkpoint."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from noisylabels.data import DigitsDataModule
+    from noisylabels.methods import CE
+
+    data = DigitsDataModule()
+    model = CE(num_classes=data.num_classes, input_shape=data.input_shape)
+    mine = ModelCheckpoint(**given)
+    trainer = L.Trainer(max_epochs=1, default_root_dir=tmp_path, callbacks=[mine])
+    RunPlan().attach(trainer, model, data, source=RunSource(), checkpoint=None, trainer_options={})
+    best = [c for c in trainer.callbacks if isinstance(c, WarmupAwareCheckpoint)]
+    assert (mine in trainer.callbacks) is not replaced
+    assert bool(best) is replaced
