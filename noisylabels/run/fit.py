@@ -51,18 +51,10 @@ from noisylabels.run.stops import StopSignals, refuse_hpc_checkpoints
 LAST_METRIC = "test/acc_last"
 # what a run from Python records of the trainer (the command line records every option)
 PYTHON_TRAINER_OPTIONS = (
-    "max_epochs",
-    "min_epochs",
-    "max_steps",
-    "precision",
-    "accumulate_grad_batches",
-    "gradient_clip_val",
-    "gradient_clip_algorithm",
-    "limit_train_batches",
-    "limit_val_batches",
-    "check_val_every_n_epoch",
-    "val_check_interval",
-)
+    "max_epochs", "min_epochs", "max_steps", "precision", "accumulate_grad_batches",
+    "gradient_clip_val", "gradient_clip_algorithm", "limit_train_batches",
+    "limit_val_batches", "check_val_every_n_epoch", "val_check_interval"
+)  # fmt: skip
 
 
 def fit_and_test(

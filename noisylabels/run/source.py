@@ -53,22 +53,11 @@ class RunSource:
 
 # the trainer's settings config.yaml records (Trainer arguments a Trainer object still knows)
 TRAINER_SETTINGS = (
-    "max_epochs",
-    "min_epochs",
-    "max_steps",
-    "precision",
-    "num_nodes",
-    "limit_train_batches",
-    "limit_val_batches",
-    "limit_test_batches",
-    "check_val_every_n_epoch",
-    "val_check_interval",
-    "log_every_n_steps",
-    "accumulate_grad_batches",
-    "gradient_clip_val",
-    "gradient_clip_algorithm",
-    "default_root_dir",
-)
+    "max_epochs", "min_epochs", "max_steps", "precision", "num_nodes", "limit_train_batches",
+    "limit_val_batches", "limit_test_batches", "check_val_every_n_epoch",
+    "val_check_interval", "log_every_n_steps", "accumulate_grad_batches", "gradient_clip_val",
+    "gradient_clip_algorithm", "default_root_dir"
+)  # fmt: skip
 
 
 def _init_args(obj: Any) -> dict[str, Any]:
