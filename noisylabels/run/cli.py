@@ -85,17 +85,17 @@ class NoisyLabelsCLI(LightningCLI):
         self.command: list[str] | None = None
         self.checkpoint: resume.Checkpoint | None = None  # what the stage continues or evaluates
         self.results: dict[str, Any] | None = None
+        self.plan: RunPlan | None = None  # a fit's, once its checkpoint to resume is chosen
         self._in_use: tuple[Any, Any] | None = None
         try:
             super().__init__(*args, run=False, **kwargs)
         except SystemExit as done:
-            if not done.code:
-                self._hand_back()
+            self._hand_back(kept=not done.code)
             raise
         self._hand_back()
 
-    def _hand_back(self) -> None:
-        if self._in_use is not None and self._in_use[0] is not None:
+    def _hand_back(self, kept: bool = True) -> None:
+        if kept and self._in_use is not None and self._in_use[0] is not None:
             _PARSERS.setdefault(self._in_use[0], []).append(self._in_use[1])
         self._in_use = None
 
@@ -104,8 +104,7 @@ class NoisyLabelsCLI(LightningCLI):
     ) -> None:
         """Lightning's parser of this stage, or an idle one built for the same settings."""
         key = parser_key(self, main_kwargs)
-        idle = _PARSERS.get(key) if key is not None else None
-        if idle:
+        if idle := _PARSERS.get(key):  # (a key of None is never stored)
             self.parser = idle.pop()
         else:
             super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
@@ -187,14 +186,17 @@ class NoisyLabelsCLI(LightningCLI):
             problem = folder_problem(Path(trainer["default_root_dir"]))
             if problem is not None:
                 raise InputError(problem.replace("the run folder", "--trainer.default_root_dir"))
-        self.config_text = self.parser.dump(self.config, skip_none=False, skip_validation=True)
-        # what Lightning saves as the method's and data module's hyperparameters, from the
-        # dump above rather than a second one that validates the parse again
+        # the hyperparameters Lightning saves, dumped without validating the parse again
         self.config_dump = parse_yaml(
             self.parser.dump(self.config, skip_link_targets=False, skip_none=False,
                              skip_validation=True),
             "the resolved config",
         )  # fmt: skip
+
+    @property
+    def config_text(self) -> str:
+        """The resolved config, as ``config.yaml`` holds it (validated when it was parsed)."""
+        return self.parser.dump(self.config, skip_none=False, skip_validation=True)
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         """Lightning's trainer; a fit that continues a run writes into the run's own folder
@@ -208,6 +210,7 @@ class NoisyLabelsCLI(LightningCLI):
                 trainer_options=resume.plain_options(trainer_config),
             )  # fmt: skip
             self.checkpoint = plan.checkpoint_to_resume(root, logger, now)
+            self.plan = plan.resolved(self.checkpoint)
             folder = self.checkpoint.run_folder if self.checkpoint is not None else None
             if folder is not None and (pinned := resume.continue_logger(folder, logger)):
                 kwargs["logger"] = pinned  # continue in the run's own folder
@@ -226,14 +229,13 @@ def run_stage(cli: NoisyLabelsCLI) -> None:
     """Run the stage ``cli`` was built for, on its method, data module and trainer."""
     config = cli.config
     if cli.stage == "fit":
-        plan = RunPlan.from_config(config).resolved(cli.checkpoint)
         source = RunSource(
             command=cli.command,
             config=config.as_dict(),
             config_text=cli.config_text,
             protocol_epochs=planned_epochs(config.get("config"), TRAINER_DEFAULTS),
         )
-        cli.results = fit_and_test(cli.model, cli.datamodule, cli.trainer, plan, source=source)
+        cli.results = fit_and_test(cli.model, cli.datamodule, cli.trainer, cli.plan, source=source)
         say_results(cli.trainer, cli.results)
         return
     found = check_evaluation(cli.checkpoint, cli.model, cli.datamodule, cli.stage)

@@ -18,7 +18,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from noisylabels.disk.lock import hold
 from noisylabels.disk.storage import replacing
+from noisylabels.errors import InputError
+from noisylabels.run.artifacts import run_dir
 
 PREDICTIONS_FILE = "predictions.csv"
 
@@ -96,10 +99,6 @@ def predict_into(
     folder where the checkpoint is of none), which this process holds while it writes.
     Predictions of other data than the run's (``data_differs``) are refused there. Returns
     the file."""
-    from noisylabels.disk.lock import hold
-    from noisylabels.errors import InputError
-    from noisylabels.run.artifacts import run_dir
-
     folder = getattr(checkpoint, "origin", None)
     if data_differs and folder is not None:
         raise InputError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +273,4 @@ def check_seed(seed: Any) -> None:
 
 def random_seed() -> int:
     """A seed drawn from the operating system's randomness, for ``--seed_everything true``."""
-    import secrets
-
     return secrets.randbelow(MAX_SEED + 1)
