@@ -9,13 +9,56 @@ ValueError`` keeps working. ``exit_code`` is the status the command line exits w
 A user error is a :class:`NoisyLabelsError` anywhere in an exception's chain (jsonargparse wraps
 the errors of constructors into its own: :func:`user_error`), or a command-line parse error of
 jsonargparse, which :func:`option_error` turns into an :class:`OptionError` naming the option.
-This module imports nothing of the package.
+
+What the package warns of goes through :func:`warn`, as a :class:`NoisyLabelsWarning`, printed as
+``noisylabels warning: <message>`` (the message says what to do; the line of the package's
+source that raised it says nothing to a user, and Lightning's formatter would name the Lightning
+file that called the package's hook). This module imports nothing of the package.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from argparse import ArgumentError
+from typing import Any
+
+
+class NoisyLabelsWarning(UserWarning):
+    """A warning of the package: something the user may want to change, said with how."""
+
+
+WARNING_PREFIX = "noisylabels warning: "
+
+
+def _process_rank() -> int:
+    """This process's global rank, as Lightning's rank-zero helpers know it (0 before a
+    strategy sets it)."""
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    return int(getattr(rank_zero_only, "rank", 0) or 0)
+
+
+def warn(message: str, *, every_process: bool = False) -> None:
+    """Warn of ``message`` as a :class:`NoisyLabelsWarning`: from process 0 only (one line for
+    a DDP run), or from each process that calls it with ``every_process`` (what each process
+    saw for itself, such as the images its data loader skipped)."""
+    if every_process or _process_rank() == 0:
+        warnings.warn(message, NoisyLabelsWarning, stacklevel=2)
+
+
+_format_before = warnings.formatwarning
+
+
+def _format_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, line: Any = None
+) -> str:
+    if isinstance(category, type) and issubclass(category, NoisyLabelsWarning):
+        return f"{WARNING_PREFIX}{message}\n"
+    return _format_before(message, category, filename, lineno, line)
+
+
+warnings.formatwarning = _format_warning
 
 
 class NoisyLabelsError(Exception):
@@ -123,9 +166,10 @@ def condense_parse_error(message: str) -> str:
     return f"--{'.'.join(keys)}: {text}" if keys else text
 
 
-def option_error(err: ArgumentError) -> OptionError:
-    """An :class:`OptionError` for a jsonargparse parse error, saying where the options are."""
+def option_error(err: ArgumentError, stage: str = "fit") -> OptionError:
+    """An :class:`OptionError` for a jsonargparse parse error of the ``stage`` command (``fit``,
+    ``validate``, ``test``, ``predict``), saying where its options are."""
     return OptionError(
-        f"{condense_parse_error(str(err.message))}. Run `noisylabels fit --help` for the options "
-        "(`--model.help CLASS` / `--data.help CLASS` for those of a method or dataset)."
+        f"{condense_parse_error(str(err.message))}. Run `noisylabels {stage} --help` for the "
+        "options (`--model.help CLASS` / `--data.help CLASS` for those of a method or dataset)."
     )

@@ -31,10 +31,10 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from noisylabels.callbacks.subset_stats import StepRecords
+from noisylabels.errors import warn
 from noisylabels.noise import data_facts_of
 
 # columns of the running sums after the C posterior columns
@@ -100,7 +100,7 @@ class SampleDynamics(StepRecords):
         restored, self._restored = self._restored, None
         if facts is None:
             self._sums = None
-            rank_zero_warn(
+            warn(
                 "SampleDynamics needs a noisylabels data module (the training labels); no "
                 "per-sample record is kept for this run"
             )

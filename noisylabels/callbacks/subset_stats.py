@@ -18,10 +18,9 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from noisylabels.errors import InputError
+from noisylabels.errors import InputError, warn
 from noisylabels.methods.core.losses import EPS
 from noisylabels.methods.core.step import StepOutput
 
@@ -82,25 +81,6 @@ def _cell(value: Any) -> str:
     return repr(float(value))
 
 
-def custom_scalars_layout() -> dict[str, dict[str, list[Any]]]:
-    """Layout of TensorBoard's Custom Scalars tab: the two subsets overlaid in each chart."""
-    charts: dict[str, list[Any]] = {}
-    names = {
-        "loss": "training loss",
-        "ce_noisy": "CE of noisy posterior vs noisy label",
-        "ce_clean": "CE of clean posterior vs clean label",
-    }
-    for quantity, name in names.items():
-        charts[f"{name}, mean"] = ["Multiline", [tag(f"{quantity}_mean", s) for s in SUBSETS]]
-        charts[f"{name}, std"] = ["Multiline", [tag(f"{quantity}_std", s) for s in SUBSETS]]
-    charts["VRNL weight w_i, mean"] = ["Multiline", [tag("weight_mean", s) for s in SUBSETS]]
-    charts["fraction of weights w_i <= 0"] = [
-        "Multiline",
-        [tag("nonpositive_weight_frac", s) for s in (*SUBSETS, "all")],
-    ]
-    return {"mislabeled vs correctly labeled": charts}
-
-
 def subset_ids(noisy: Tensor, clean: Tensor) -> Tensor:
     """Subset of each sample: 0 mislabeled, 1 correct, 2 clean label unknown (``-1``)."""
     ids = torch.where(noisy != clean, 0, 1)
@@ -152,7 +132,7 @@ class StepRecords(L.Callback):
         steps = network_steps(outputs, self.network)
         if steps is None:
             if not self._warned:
-                rank_zero_warn(
+                warn(
                     f"{type(self).__name__}: the training step returned no 'steps' (StepOutput "
                     "records of a noisylabels method), so there is nothing to record"
                 )

@@ -17,7 +17,6 @@ training image also has a clean label (the overlap of ``noisy_label_kv.txt`` and
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,7 +27,7 @@ from torch import Tensor
 from noisylabels.data.files import is_safe_key, key_array
 from noisylabels.data.image_files import ImageFileDataModule
 from noisylabels.data.loaded import LoadedData
-from noisylabels.errors import InputError, MissingFileError
+from noisylabels.errors import InputError, MissingFileError, warn
 
 NUM_CLASSES = 14
 ANNOTATION_FILES: tuple[str, ...] = (
@@ -48,10 +47,10 @@ def _warn_rejected(path: Path, rejected: list[tuple[int, str]]) -> None:
         return
     shown = ", ".join(f"line {n}: {k!r}" for n, k in rejected[:3])
     more = f" and {len(rejected) - 3} more" if len(rejected) > 3 else ""
-    warnings.warn(
+    warn(
         f"{path}: ignored {len(rejected)} key(s) that point outside the dataset root "
         f"(absolute paths or '..'): {shown}{more}",
-        stacklevel=3,
+        every_process=True,
     )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from noisylabels.errors import InputError
+from noisylabels.errors import InputError, warn
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _MAX_ITEM_WARNINGS = 5
@@ -201,8 +200,9 @@ class ImageFileDataset(Dataset):
             self.skipped[i] = True
             if self._warned < _MAX_ITEM_WARNINGS:
                 self._warned += 1
-                warnings.warn(
-                    f"skipping unreadable or corrupt image {self.root / key}: {err}", stacklevel=3
+                warn(
+                    f"skipping unreadable or corrupt image {self.root / key}: {err}",
+                    every_process=True,
                 )
             return None
 

@@ -8,7 +8,6 @@ fraction exceeds ``max_skipped_fraction`` is refused rather than reported.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, ClassVar
 
 import lightning as L
@@ -26,7 +25,7 @@ from noisylabels.data.files import (
 from noisylabels.data.module import NoisyDataModule
 from noisylabels.data.samplers import ClassBalancedSampler
 from noisylabels.data.transforms import BatchTransform
-from noisylabels.errors import InputError
+from noisylabels.errors import InputError, warn
 
 
 class ImageFileDataModule(NoisyDataModule):
@@ -151,11 +150,11 @@ class ImageFileDataModule(NoisyDataModule):
         their number."""
         new = self.skipped.take_new()
         if new:
-            warnings.warn(
+            warn(
                 f"{new} unreadable or corrupt {self.name} image(s) were skipped during {phase} "
                 f"({self.skipped_images} in all so far); the first ones are named in earlier "
                 "warnings",
-                stacklevel=2,
+                every_process=True,
             )
         return new
 
@@ -190,7 +189,7 @@ class ImageFileDataModule(NoisyDataModule):
                 "so the test is refused. Repair or replace those images (the first ones are "
                 "named in earlier warnings), or raise --data.max_skipped_fraction."
             )
-        warnings.warn(message, stacklevel=2)
+        warn(message, every_process=True)
 
     def data_info(self) -> dict[str, Any]:
         """Split sizes and the images skipped in each split (``skipped_images``)."""

@@ -9,13 +9,14 @@ draws the same seeded order and takes every ``W``-th position from its rank.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterator, Sized
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.utils.data import DistributedSampler, Sampler
+
+from noisylabels.errors import warn
 
 
 def usable_length(n: int, num_replicas: int, batch_size: int | None) -> int:
@@ -70,12 +71,12 @@ class ShardSampler(DistributedSampler):
                 if nearest is not None
                 else f"Use at most {n} processes"
             )
-            warnings.warn(
+            warn(
                 f"{n} training samples in batches of {batch_size} on {num_replicas} processes "
                 f"leave {n - self.total_size} (fewer than {num_replicas}) for a last step, too "
                 f"few for every process: they are skipped each epoch (different ones each "
                 f"epoch). {fix}",
-                stacklevel=2,
+                every_process=True,
             )
 
     def __iter__(self) -> Iterator[int]:

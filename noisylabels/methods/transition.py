@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from noisylabels.errors import InputError, MissingFileError
+from noisylabels.errors import InputError, MissingFileError, warn
 from noisylabels.methods.core.base import NoisyLabelMethod
 from noisylabels.methods.core.losses import apply_transition
 from noisylabels.noise import (
@@ -266,13 +266,13 @@ class TransitionMethod(NoisyLabelMethod):
         trainer = self._trainer
         name = type(self).__name__
         if trainer is not None and trainer.fast_dev_run:
-            rank_zero_warn(
+            warn(
                 f"fast_dev_run: {name}'s T̂, estimated from a few batches of a barely trained "
                 f"network, is degenerate ({condition.describe()}); the smoke test goes on with "
                 "T̂ = I (the identity). A real run estimates T̂ after its warm-up epochs."
             )
             return torch.eye(self.num_classes, dtype=T_hat.dtype)
-        rank_zero_warn(
+        warn(
             f"{name}: the T̂ estimated at epoch {self.current_epoch} is degenerate "
             f"({condition.describe()}): the corrected stage may diverge or learn little. A "
             "longer warm-up (--model.schedule.warmup_epochs), the other estimator "
@@ -357,7 +357,7 @@ def warn_near_chance(T_hat: Tensor, warmup_val_acc: float | None = None) -> bool
         if warmup_val_acc is None
         else f", warm-up noisy-validation accuracy {warmup_val_acc:.3f}"
     )
-    rank_zero_warn(
+    warn(
         f"T̂ was estimated from a warm-up model near chance (mean diagonal of T̂ {diag:.3f}{acc}; "
         f"chance is 1/C = {1.0 / c:.3f}): it does not describe the noise, and the method "
         "corrects with it from now on. Give the warm-up more epochs or a larger learning rate "

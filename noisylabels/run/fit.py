@@ -38,8 +38,10 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from noisylabels.callbacks import HealthMonitor
 from noisylabels.data import NoisyDataModule
 from noisylabels.disk.storage import storage_error
+from noisylabels.errors import warn
 from noisylabels.run import identity, resume
 from noisylabels.run.artifacts import log_hp_metric, run_dir
+from noisylabels.run.chatter import quiet_lightning
 from noisylabels.run.claim import Claim, claim
 from noisylabels.run.plan import RunPlan, logger_spec
 from noisylabels.run.record import LAST, RunRecorder, resume_history
@@ -95,6 +97,7 @@ def fit_and_test(
         :class:`~noisylabels.errors.StorageError`.
     """
     start = time.perf_counter()
+    quiet_lightning()
     plan, source = plan or RunPlan(), source or RunSource()
     check_precision(trainer.precision)
     check_gradient_clip(trainer.gradient_clip_val)
@@ -193,12 +196,12 @@ def finish(
     ended = trainer.max_epochs is not None and trainer.current_epoch >= trainer.max_epochs
     if tail is not None and tail.get("missing") and ended and trainer.is_global_zero:
         # (a run stopped early, e.g. by its health, misses its last epochs anyway)
-        warnings.warn(
+        warn(
             f"the test of the run's last epochs has no record of epoch(s) "
             f"{', '.join(map(str, tail['missing']))} (the run was resumed with "
             "another --trainer.max_epochs after its last epochs began), so "
             "results.json's test_acc_tail_mean is null",
-            stacklevel=1,
+            every_process=True,
         )
     health = health_of(trainer)
     test_metrics = None

@@ -318,5 +318,10 @@ def continue_logger(folder: Path, logger: Any) -> Any:
     else:
         cls = CSVLogger if str(logger.class_path).endswith("CSVLogger") else TensorBoardLogger
         args = _init_args(logger)
-    args.update(save_dir=str(folder.parent.parent), name=folder.parent.name, version=folder.name)
+    # version_N as the number N, as a new run's logger has it (the progress bar shows a string
+    # version by its last four characters: "on_0"); any other folder name as it is
+    number = folder.name.removeprefix("version_")
+    numbered = number.isdigit() and f"version_{int(number)}" == folder.name
+    version: int | str = int(number) if numbered else folder.name
+    args.update(save_dir=str(folder.parent.parent), name=folder.parent.name, version=version)
     return cls(**args)

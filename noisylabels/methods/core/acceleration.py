@@ -35,7 +35,6 @@ from __future__ import annotations
 import functools
 import os
 import types
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +46,7 @@ import torch._functorch.config
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from noisylabels.errors import InputError
+from noisylabels.errors import InputError, warn
 from noisylabels.methods.core.vrnl import vrnl_objective
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -311,12 +310,12 @@ class Acceleration:
         option = f"--model.speed.compile {str(self.compile).lower()}"
         if self.backend != "inductor":
             option += f" --model.speed.compile_backend {self.backend}"
-        warnings.warn(
+        warn(
             f"{self.name}: torch.compile ({option}) failed and the run continues eagerly from "
             f"the same state, without compiled graphs{' or CUDA graphs' if self.cudagraphs else ''}"
             f" ({reason}). --model.speed.compile false turns compiling off; TORCH_LOGS=recompiles,"
             "graph_breaks shows what Dynamo did",
-            stacklevel=2,
+            every_process=True,
         )
         self.failure = reason
         self.compile_kwargs = None
@@ -337,11 +336,11 @@ class Acceleration:
         ]
         if not synced:
             return
-        warnings.warn(
+        warn(
             f"{self.name}: the networks run eagerly: they hold SyncBatchNorm layers "
             "(--trainer.sync_batchnorm true), whose all-reduce is not run inside compiled graphs; "
             "--trainer.sync_batchnorm false keeps them compiled",
-            stacklevel=2,
+            every_process=True,
         )
         for net in synced:
             net._compiled_call_impl = None

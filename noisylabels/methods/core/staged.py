@@ -18,7 +18,6 @@ A subclass provides ``self.net``, ``self.val_acc``, ``self.test_acc``, ``self.op
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from noisylabels.errors import warn
 from noisylabels.methods.core import optim
 from noisylabels.methods.core.acceleration import module_setattr
 from noisylabels.methods.core.losses import cross_entropy
@@ -336,10 +336,10 @@ class StagedModule(L.LightningModule):
                 f"(best noisy-validation accuracy, {best['score']:.4f}) is the estimation model"
             )
         elif self.schedule.keeps_best_warmup and self.warmup_length() > 0:
-            warnings.warn(
+            warn(
                 "warmup_model: best, but no warm-up epoch was validated; the last warm-up epoch's "
                 "model is used (validate every epoch: --trainer.check_val_every_n_epoch 1)",
-                stacklevel=2,
+                every_process=True,
             )
         self.on_main_stage_start()
         if last is not None:

@@ -17,7 +17,6 @@ gradient of the objective on the concatenated batch.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from noisylabels.errors import InputError
+from noisylabels.errors import InputError, warn
 from noisylabels.methods.core.distributed import SumOverProcesses
 
 SCOPES = ("global", "local")
@@ -175,8 +174,8 @@ def warn_nonpositive_weights(fraction: float, alpha: float, threshold: float) ->
     """Warn when more than ``threshold`` of an epoch's samples got a non-positive VRNL weight
     ``1 + 2 alpha (mean(l) - l_i)`` (``fraction``): ``alpha`` is then too large."""
     if fraction > threshold and alpha != 0:
-        warnings.warn(
+        warn(
             f"alpha={alpha}: {fraction:.1%} of this epoch's samples got a non-positive VRNL "
             f"weight 1 + 2*alpha*(mean(l) - l_i); lower |alpha| so every weight stays positive",
-            stacklevel=3,
+            every_process=True,
         )
