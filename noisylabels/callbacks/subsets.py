@@ -38,20 +38,21 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from noisylabels.callbacks.folder import run_dir
+from noisylabels.callbacks.subset_board import SubsetBoard, add_figure, custom_scalars_layout
 from noisylabels.callbacks.subset_stats import (
     CSV_FILE,
     PREFIX,
     StepRecords,
-    custom_scalars_layout,
     subset_ids,
     summarize,
     tag,
     write_csv_row,
 )
+from noisylabels.errors import warn
 from noisylabels.methods.core.base import NoisyLabelMethod
 from noisylabels.noise import data_facts_of
 
@@ -69,8 +70,11 @@ class SubsetStatistics(StepRecords):
     its tag; not under ``fast_dev_run``) and logged with ``pl_module.log`` at epoch level as
     ``subsets/<quantity>/<subset>``, so every logger of the trainer gets them (with the
     ``epoch``, at the step of Lightning's other epoch metrics) and ``trainer.callback_metrics``
-    holds them. TensorBoard also gets the histograms (step = epoch, 0-based), a Custom Scalars
-    layout overlaying the subsets and the subsets' sizes as text.
+    holds them. TensorBoard also gets, first on its first screen, each subset's statistics as
+    a run of its own (``by_subset/mislabeled``, ``by_subset/correctly_labeled``: one named
+    line per subset in each chart) with the figure ``noisylabels plot`` draws
+    (:mod:`~noisylabels.callbacks.subset_board`), a Custom Scalars layout of those charts, the
+    histograms (step = epoch, 0-based) and the subsets' sizes as text.
 
     Args:
         source: ``train_step`` reuses the losses the training steps computed (free; a sample's
@@ -117,13 +121,14 @@ class SubsetStatistics(StepRecords):
         self._clean: Tensor | None = None
         self._subsets: Tensor | None = None
         self._active = False
+        self._boards: list[tuple[TensorBoardLogger, SubsetBoard]] = []
 
     # ------------------------------------------------------------------ setup
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._buffer = None
         mine = [cb for cb in trainer.callbacks if isinstance(cb, SubsetStatistics)]
         if mine and mine[0] is not self:
-            rank_zero_warn(
+            warn(
                 f"{len(mine)} SubsetStatistics callbacks would write the same statistics; only "
                 "the first one in trainer.callbacks records. To change the options of a "
                 "config's callback, use --trainer.callbacks.init_args.KEY VALUE rather than "
@@ -132,7 +137,7 @@ class SubsetStatistics(StepRecords):
             return
         facts = data_facts_of(trainer.datamodule)
         if facts is None:
-            rank_zero_warn(
+            warn(
                 "SubsetStatistics needs a noisylabels data module (noisy and clean labels of "
                 "the training set); no subset statistics are recorded for this run"
             )
@@ -158,13 +163,21 @@ class SubsetStatistics(StepRecords):
             )
         rank_zero_info(message)
         if n_known == 0:
-            rank_zero_warn(
+            warn(
                 "SubsetStatistics: no training sample has a known clean label, so there are no "
                 "mislabeled/correct subsets; only the overall weight statistics are recorded"
             )
+        self._boards = []
         for logger in self._tensorboards(trainer):
             logger.experiment.add_custom_scalars(custom_scalars_layout())
             logger.experiment.add_text(f"{PREFIX}/summary", message)
+            if not trainer.fast_dev_run:
+                self._boards.append((logger, SubsetBoard(logger.log_dir)))
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        for _, board in self._boards:
+            board.close()
+        self._boards = []
 
     @staticmethod
     def _tensorboards(trainer: L.Trainer) -> list[TensorBoardLogger]:
@@ -228,6 +241,7 @@ class SubsetStatistics(StepRecords):
             folder = run_dir(trainer)
             folder.mkdir(parents=True, exist_ok=True)
             write_csv_row(folder / CSV_FILE, epoch, scalars)
+            self._show(trainer, pl_module, folder / CSV_FILE, scalars)
         if histograms:
             for logger in self._tensorboards(trainer):
                 for subset, values in losses.items():
@@ -236,6 +250,24 @@ class SubsetStatistics(StepRecords):
                         logger.experiment.add_histogram(
                             tag("loss_hist", subset), values.float().cpu(), global_step=epoch
                         )
+
+    # the figure goes to TensorBoard at every FIGURE_EVERY-th epoch and the last (not for a
+    # run of fewer epochs: drawing it costs a few tenths of a second, and it says little there)
+    FIGURE_EVERY = 5
+
+    def _show(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, table: Any, scalars: dict
+    ) -> None:
+        """The subsets' runs and (now and then) the figure, on TensorBoard's first screen."""
+        epoch = trainer.current_epoch
+        last = trainer.max_epochs is not None and epoch + 1 >= trainer.max_epochs
+        every = self.FIGURE_EVERY
+        figure = (epoch + 1) % every == 0 or (last and epoch + 1 >= every)
+        label = getattr(pl_module, "method_name", type(pl_module).__name__)
+        for logger, board in self._boards:
+            board.write(scalars, trainer.global_step)
+            if figure:
+                add_figure(logger.experiment, table, f"{label}, epoch {epoch + 1}", epoch)
 
 
 @contextmanager

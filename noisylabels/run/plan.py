@@ -47,6 +47,7 @@ from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError
 from noisylabels.methods import NoisyLabelMethod
 from noisylabels.run import identity, resume
+from noisylabels.run.artifacts import defer_hp_metric
 from noisylabels.run.checkpoints import BEST_CHECKPOINT, WarmupAwareCheckpoint
 from noisylabels.run.record import RunRecorder
 from noisylabels.run.rules import check_seed
@@ -217,6 +218,7 @@ class RunPlan:
         for callback in built:
             setattr(callback, BUILT, True)
         attach_callbacks(trainer, built)
+        defer_hp_metric(trainer)
         protocol = source.protocol_epochs
         if checkpoint is not None and checkpoint.protocol_epochs is not None:
             protocol = checkpoint.protocol_epochs  # the first part's protocol holds
