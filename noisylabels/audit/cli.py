@@ -17,8 +17,9 @@ precision and recall of the flagged set and the AUROC of the score against the f
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NoReturn
 
+from noisylabels.arguments import CommandParser
 from noisylabels.audit.choices import DEFAULT_FOLDS, DEFAULT_SCORE, DEFAULT_TOP, SCORES
 from noisylabels.errors import InputError
 
@@ -26,12 +27,12 @@ if TYPE_CHECKING:
     from noisylabels.audit.issues import LabelIssues
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse whose mistakes are user errors (one paragraph from the ``noisylabels``
-    command) instead of a usage message and an exit."""
+class Parser(CommandParser):
+    """The subcommands' parser whose mistakes are user errors (one paragraph from the
+    ``noisylabels`` command) instead of a usage message and an exit."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
-        raise InputError(f"{message} (noisylabels audit --help)")
+    def error(self, message: str) -> NoReturn:
+        raise InputError(f"{self.with_hint(message)} (noisylabels audit --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:

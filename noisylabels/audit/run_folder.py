@@ -19,6 +19,7 @@ import torch
 
 from noisylabels.data import ImageFileDataModule, NoisyDataModule
 from noisylabels.disk.reading import UnreadableFile, load_torch, read_json, read_yaml
+from noisylabels.disk.runs import newest_run
 from noisylabels.errors import InputError, MissingFileError
 from noisylabels.run.artifacts import DYNAMICS_FILE, NOISE_FILE
 from noisylabels.run.rules import RESULTS_FILE, UNFINISHED
@@ -106,7 +107,8 @@ def load_pt(path: Path) -> Any:
 
 
 def read_run(path: str | Path) -> RunFolder:
-    """The finished run at ``path`` (a run folder, or a folder holding exactly one run)."""
+    """The finished run at ``path``: a run folder, or a folder above runs (the newest finished
+    one, named on stderr where there are several)."""
     folder = Path(path).expanduser()
     if not folder.exists():
         raise MissingFileError(
@@ -116,7 +118,7 @@ def read_run(path: str | Path) -> RunFolder:
     if not folder.is_dir():
         raise InputError(f"{folder} is a file; give the run folder that holds {RESULTS_FILE}")
     if not (folder / RESULTS_FILE).is_file():
-        folder = _single_run_below(folder)
+        folder = _run_below(folder)
     missing = [name for name in (NOISE_FILE, CONFIG_FILE) if not (folder / name).is_file()]
     if missing:
         raise MissingFileError(
@@ -138,13 +140,12 @@ def read_run(path: str | Path) -> RunFolder:
     return RunFolder(folder, results, noise, config)
 
 
-def _single_run_below(folder: Path) -> Path:
-    runs = sorted(p.parent for p in folder.rglob(RESULTS_FILE))
-    if len(runs) == 1:
-        return runs[0]
-    if runs:
-        listed = ", ".join(str(p) for p in runs[:5]) + (", ..." if len(runs) > 5 else "")
-        raise InputError(f"{folder} holds {len(runs)} finished runs; give one of them: {listed}")
+def _run_below(folder: Path) -> Path:
+    """The finished run under ``folder``: the newest where there are several
+    (:func:`~noisylabels.disk.runs.newest_run`, the rule ``plot`` follows too)."""
+    finished = list(folder.rglob(RESULTS_FILE))
+    if finished:
+        return newest_run(folder, finished, "finished runs", command="audit")
     if (folder / UNFINISHED).is_file():
         raise InputError(
             f"{folder} is a run that did not finish ({UNFINISHED} says why); resume it with "

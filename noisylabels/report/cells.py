@@ -28,7 +28,7 @@ from noisylabels.report.collect import (
     base_method,
     method_key,
 )
-from noisylabels.report.mixed import flat_config, pair_differences
+from noisylabels.report.mixed import CELL_OPTIONS_IGNORED, flat_config, pair_differences
 from noisylabels.report.problems import (
     EPS_T,
     METRIC_PROBLEM,
@@ -278,6 +278,45 @@ class Grouped:
         return row in ranked and self.cells[row][col].mean == max(means)
 
 
+def differing_fields(first: Record, second: Record) -> list[str]:
+    """What tells two runs apart, as ``--rows`` and ``--cols`` name it: the fields (``alpha``,
+    ``backbone``, a sweep's axis) whose values differ; where none does, the options of their
+    ``config.yaml`` files (those both have, by dotted name without ``init_args``:
+    ``model.optim.lr``; the seeds and the run and data folders left out) that differ."""
+    fields = [
+        name
+        for name in sorted(set(first.fields) | set(second.fields))
+        if first.fields.get(name) != second.fields.get(name)
+    ]
+    if fields:
+        return fields
+    one, other = flat_config(first.config), flat_config(second.config)
+    options = sorted(
+        key for key in (set(one) & set(other)) - set(CELL_OPTIONS_IGNORED) if one[key] != other[key]
+    )
+    names = [".".join(part for part in key.split(".") if part != "init_args") for key in options]
+    return list(dict.fromkeys(names))
+
+
+def collision(first: Record, second: Record, row: tuple, col: tuple) -> str:
+    """Why two runs of one seed cannot share the cell ``row`` x ``col``, and what to add to
+    ``--rows`` or ``--cols``: the fields they differ in (:func:`differing_fields`)."""
+    where = (
+        f"two runs with seed {second.seed} fall in the cell {row} x {col} ({first.path} and "
+        f"{second.path})"
+    )
+    names = differing_fields(first, second)
+    if not names:
+        return (
+            f"{where}, and they differ in no field and no option of their config.yaml: the "
+            "same run made twice? Report one of them (move the other out of RUNS_DIR)"
+        )
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (
+        f"{where}; add the field that tells them apart to --rows or --cols: they differ in {shown}"
+    )
+
+
 def group(
     records: Iterable[Record],
     rows: Sequence[str],
@@ -290,16 +329,14 @@ def group(
     :func:`screen` lets in (``admit``: the problems that do not leave a run out)."""
     screened = screen(records, metric, admit)
     cells: dict[tuple, dict[tuple, Cell]] = {}
+    placed: dict[tuple[tuple, tuple, Any], Record] = {}  # (row, col, seed) -> its run
     for record in screened.used:
         row = tuple(record.get(f) for f in rows)
         col = tuple(record.get(f) for f in cols)
         cell = cells.setdefault(row, {}).setdefault(col, Cell({}))
         if record.seed in cell.values:
-            raise InputError(
-                f"two runs with seed {record.seed} fall in the cell {row} x {col} (one is "
-                f"{record.path}); add the field that tells them apart to --rows or --cols "
-                "(e.g. alpha, or a sweep axis)"
-            )
+            raise InputError(collision(placed[row, col, record.seed], record, row, col))
+        placed[row, col, record.seed] = record
         cell.values[record.seed] = 100.0 * float(record.metrics[metric])  # type: ignore[arg-type]
         cell.labels[record.seed] = labels_sha256(record.results)
         cell.precisions[record.seed] = run_precision(record.results)

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from noisylabels.arguments import CommandParser
 from noisylabels.errors import InputError
 from noisylabels.report.cells import Admit, Screened, group, load_paper, screen
 from noisylabels.report.collect import METRICS, PAPER_FILE, DamagedRun, collect
@@ -31,7 +32,7 @@ from noisylabels.report.writing import out_error
 
 def build_parser() -> Any:
     """Arguments of ``noisylabels report``."""
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="noisylabels report",
         description="Tables of test accuracy (mean ± std over seeds) from the results.json files "
         "under each RUNS_DIR; with --paired, VRNL against its base method seed by seed. A run "

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from noisylabels.arguments import CommandParser
 from noisylabels.disk.reading import LIMITS, UnreadableFile, read_json, read_text, read_yaml
+from noisylabels.disk.runs import newest_run
 from noisylabels.report.collect import CONFIG_FILE, RESULTS_FILE, VRNL_SUFFIX
 from noisylabels.report.writing import out_error
 
@@ -66,17 +68,26 @@ def _has_statistics(folder: Path) -> bool:
 
 def find_statistics_dir(run_dir: Path) -> Path:
     """The folder under ``run_dir`` that holds subset statistics (``subsets.csv`` or event files
-    with them; the newest if several).
+    with them); of several, the one whose statistics were written last, said on stderr
+    (:func:`~noisylabels.disk.runs.newest_run`, the rule ``audit`` follows too).
 
     ``run_dir`` may be a run's log dir (``.../version_0``) or a root above it.
     """
     run_dir = Path(run_dir)
     if not run_dir.exists():
         raise FileNotFoundError(f"run dir {run_dir} does not exist")
-    tables = {p.parent for p in run_dir.rglob(CSV_FILE)}
-    events = {p.parent for p in run_dir.rglob("events.out.tfevents.*")} - tables
-    candidates = sorted(tables | {f for f in events if _has_statistics(f)})
-    if not candidates:
+    tables = list(run_dir.rglob(CSV_FILE))
+    in_tables = {p.parent for p in tables}
+    # event files in or under a folder with subsets.csv are that run's own
+    event_files = [
+        p
+        for p in run_dir.rglob("events.out.tfevents.*")
+        if not any(folder in in_tables for folder in p.parents)
+    ]
+    events = {p.parent for p in event_files}
+    with_statistics = {f for f in events if _has_statistics(f)}
+    markers = tables + [p for p in event_files if p.parent in with_statistics]
+    if not markers:
         found = (
             f"event files in {len(events)} folder(s)"
             if events
@@ -87,10 +98,7 @@ def find_statistics_dir(run_dir: Path) -> Path:
             "SubsetStatistics callback, which noisylabels fit adds unless --trainer.callbacks "
             "leaves it out (see docs/observability.md)"
         )
-    newest = max(candidates, key=lambda f: max(p.stat().st_mtime for p in f.iterdir()))
-    if len(candidates) > 1:
-        print(f"{run_dir}: {len(candidates)} runs with statistics; using {newest}", file=sys.stderr)
-    return newest
+    return newest_run(run_dir, markers, "runs with statistics", command="plot")
 
 
 def _run_method(event_dir: Path) -> tuple[str | None, float | None]:
@@ -288,7 +296,7 @@ def plot(
 
 def build_parser() -> argparse.ArgumentParser:
     """Arguments of ``noisylabels plot``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="noisylabels plot",
         description="Draw the VRNL paper's loss figures (mislabeled vs correctly labeled "
         "samples per epoch) from runs trained with the SubsetStatistics callback (their "

@@ -48,6 +48,7 @@ from noisylabels.run.parsing import (
     parser_key,
     with_group_hint,
     with_group_nulls,
+    with_option_hint,
 )
 from noisylabels.run.plan import RunPlan, check_evaluation, checkpoint_to_evaluate
 from noisylabels.run.predictions import predict_into
@@ -142,14 +143,20 @@ class NoisyLabelsCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Lightning's parsing; also keeps the command line (``self.command``) for
-        ``results.json``'s provenance; refuses a seed numpy cannot take and draws the random
-        seed ``--seed_everything true`` asks for (Lightning's would be 0)."""
+        ``results.json``'s provenance, names the closest real options of an unknown one
+        (:func:`~noisylabels.run.parsing.with_option_hint`), refuses a seed numpy cannot take
+        and draws the random seed ``--seed_everything true`` asks for (Lightning's would be
+        0)."""
         if args is None or isinstance(args, (list, tuple)):
             argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
             self.command = [self.stage, *argv]
-            self.config = parser.parse_args(with_group_nulls(argv))
-        else:
-            super().parse_arguments(parser, args)
+            try:
+                self.config = parser.parse_args(with_group_nulls(argv))
+            except ArgumentError as err:  # an unknown option: with the closest real ones
+                raise with_option_hint(err, parser, argv) from err
+        else:  # a dict or Namespace of options, parsed as Lightning's would (without its warning
+            # against args beside a command line: a command of this package is both)
+            self.config = parser.parse_object(args)
         check_seed(self.config.get("seed_everything"))
         if self.config.get("seed_everything") is True:  # as its help says: a random seed, which
             self.config["seed_everything"] = random_seed()  # config.yaml then records
@@ -292,7 +299,9 @@ def lightning_command(args: list[str] | None = None) -> NoisyLabelsCLI:
     try:
         return make_cli(argv)
     except ArgumentError as err:
-        raise with_group_hint(option_error(err)) from err
+        stage = next((a for a in argv if not a.startswith("-")), "fit")
+        stage = stage if stage in ("fit", "validate", "test", "predict") else "fit"
+        raise with_group_hint(option_error(err, stage)) from err
     except Exception as err:
         found = user_error(err) or constructor_error(err) or device_error(err)
         if found is None or found is err:

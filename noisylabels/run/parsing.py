@@ -2,20 +2,25 @@
 
 What :mod:`noisylabels.run.cli` needs to turn a command line into options: the parser that
 accepts a logger without a ``save_dir`` (the CLI sets the run's root), the help that keeps the
-list of methods readable, ``--model.GROUP.OPTION null`` of an option group, and the paragraph
-of a constructor's error.
+list of methods readable, ``--model.GROUP.OPTION null`` of an option group, the closest real
+options of an unknown one (:mod:`noisylabels.arguments`, for a method's and a dataset's options
+too), and the paragraph of a constructor's error.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
+from argparse import ArgumentError
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from jsonargparse import DefaultHelpFormatter
+from jsonargparse import ArgumentParser, DefaultHelpFormatter
 from lightning.pytorch.cli import LightningArgumentParser
 
+from noisylabels.arguments import is_option, option_name, suggestion, with_suggestion
 from noisylabels.data import NoisyDataModule
 from noisylabels.errors import InputError
 from noisylabels.methods import NoisyLabelMethod, describe_methods
@@ -44,7 +49,13 @@ def methods_help() -> str:
 class NoisyLabelsParser(LightningArgumentParser):
     """Lightning's parser, accepting a logger that requires a ``save_dir`` and was given none
     (``--trainer.logger CSVLogger``): the CLI sets it to the run's root before the logger is
-    built (:mod:`noisylabels.run.loggers`)."""
+    built (:mod:`noisylabels.run.loggers`). It takes no abbreviation of an option, nor of a
+    method's or dataset's own (jsonargparse builds their parsers of this class too):
+    ``--model.optim.l`` is not ``--model.optim.lr``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def validate(self, namespace: Any, *args: Any, **kwargs: Any) -> None:
         keys = logger_keys(namespace) if kwargs.get("branch") is None else []
@@ -100,6 +111,54 @@ def with_group_hint(error: InputError) -> InputError:
         f"{error} The method's option {option} is --model.{group}.{option} (in a config: "
         f"{group}: {{{option}: ...}} under model.init_args)"
     )
+
+
+# what jsonargparse's report of a class's option it does not know names: the option (as the class
+# has it: "alph", "optim.l") and the class
+_NESTED_KEY = re.compile(r"NestedArg\(key='([^']+)'")
+_GIVEN_CLASS = re.compile(r"Problem with given class_path '([\w.]+)'")
+_UNKNOWN = re.compile(r"Option '[^']+' is not accepted|unrecognized arguments: ")
+
+
+def class_options(path: str) -> list[str]:
+    """The options of the class at ``path`` (``noisylabels.methods.Forward``) as a parser of
+    it names them (``--alpha``, ``--optim.lr``); none where it cannot be imported or read."""
+    module, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        parser = ArgumentParser(exit_on_error=False)
+        parser.add_class_arguments(cls, fail_untyped=False)
+    except (ImportError, AttributeError, ValueError, TypeError):
+        return []
+    return list(parser._option_string_actions)
+
+
+def with_option_hint(error: ArgumentError, parser: Any, argv: Sequence[str]) -> ArgumentError:
+    """``error``, refusing an option ``parser`` (of the command line ``argv``) does not know,
+    with the closest real options (``did you mean --trainer.max_epochs?``): the parser's own,
+    or, for an option of the method, the data module or another class given by its path
+    (``--model.alph``), that class's, as the command line wrote the unknown one. ``error``
+    itself where no option is close (and for an option that lives in an option group,
+    which :func:`with_group_hint` names)."""
+    message = str(error.message)
+    hinted = with_suggestion(message, getattr(parser, "_option_string_actions", {}))
+    if hinted != message:
+        return ArgumentError(None, hinted)
+    key, given_class = _NESTED_KEY.search(message), _GIVEN_CLASS.search(message)
+    if key is None or given_class is None or not _UNKNOWN.search(message):
+        return error  # not an unknown option (a value that does not parse, say)
+    if option_group_of(key.group(1)) is not None:
+        return error
+    suffix = "." + key.group(1)
+    given = [option_name(t) for t in argv if is_option(t) and option_name(t).endswith(suffix)]
+    if not given:  # an option of a config file, not of the command line
+        return error
+    prefix = given[-1][: -len(key.group(1))]
+    options = [prefix + o[2:] for o in class_options(given_class.group(1)) if o.startswith("--")]
+    if given[-1] in options:  # a real option of the class: what is wrong is elsewhere
+        return error
+    hint = suggestion(given[-1:], options)
+    return ArgumentError(None, f"{message}\n{hint}") if hint else error
 
 
 # jsonargparse's report of a class that could not be built, and the groups the CLI builds

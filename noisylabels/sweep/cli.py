@@ -25,6 +25,7 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
+from noisylabels.arguments import CommandParser
 from noisylabels.errors import InputError, NoisyLabelsError
 from noisylabels.sweep.grid import Run, Sweep, check_classes, display_path, load_sweep
 from noisylabels.sweep.launch import Outcome, SweepStopped, run_local, threads_per_run
@@ -36,7 +37,7 @@ PENDING = ("stale", "to resume", "to run")  # the states a sweep runs
 
 def build_parser() -> argparse.ArgumentParser:
     """Arguments of ``noisylabels sweep``."""
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="noisylabels sweep",
         description="Run a grid of `noisylabels fit` runs written in a sweep file, skipping "
         "runs finished with the same command (a results.json of it), rerunning those done with "

@@ -4,7 +4,11 @@ and its one-paragraph errors; the scores and their quality measures."""
 from __future__ import annotations
 
 import csv
+import os
 import shutil
+import sys
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -216,15 +220,52 @@ def test_a_label_file_run(tmp_path: Path) -> None:
     assert issues.quality["flipped"] == len(flipped)
 
 
-def test_config_trains_first(tmp_path: Path, capsys) -> None:
+def test_config_trains_first(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--config trains the run, then audits it; without LightningCLI's warning against being
+    given arguments beside a command line (sys.argv here as the shell sets it): the command
+    line is the command's own."""
     from noisylabels.cli import main
 
-    main(["audit", "--config", QUICKSTART, "--top", "3", "--", "--trainer.max_epochs", "2",
-          "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar",
-          "false"])  # fmt: skip
+    argv = ["audit", "--config", QUICKSTART, "--top", "3", "--", "--trainer.max_epochs", "2",
+            "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar",
+            "false"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", ["noisylabels", *argv])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", message=".*args parameter is intended")
+        main(argv)
+    assert not [w for w in caught if "args parameter" in str(w.message)]
     (written,) = tmp_path.rglob(CSV_FILE)
     assert (written.parent / "results.json").is_file() and (written.parent / GRID_FILE).is_file()
-    assert "AUROC" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "AUROC" in captured.out
+    assert "args parameter" not in captured.err
+
+
+def test_a_folder_of_several_runs_audits_the_newest_and_says_so(
+    digits_run: Path, tmp_path: Path, capsys
+) -> None:
+    """The run whose results.json was written last, whatever the folders' names (version_1
+    sorts after version_0); an audit's files written into an older run since do not make it
+    the newest."""
+    from noisylabels.cli import main
+
+    root = tmp_path / "runs"
+    newer = shutil.copytree(digits_run, root / "lightning_logs" / "version_0")
+    older = shutil.copytree(digits_run, root / "lightning_logs" / "version_1")
+    now = time.time()
+    os.utime(older / "results.json", (now - 60, now - 60))
+    os.utime(newer / "results.json", (now, now))
+    (older / CSV_FILE).write_text("an earlier audit\n")
+    main(["audit", str(root), "--top", "2"])
+    captured = capsys.readouterr()
+    assert (
+        f"noisylabels audit: {root} holds 2 finished runs; using the newest, {newer}"
+        in captured.err
+    ), captured.err
+    assert captured.out.startswith(f"{newer}: ")
+    assert (newer / CSV_FILE).is_file() and (newer / GRID_FILE).is_file()
+    assert (older / CSV_FILE).read_text() == "an earlier audit\n"
 
 
 # ---------------------------------------------------------------------- user errors

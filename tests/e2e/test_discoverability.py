@@ -40,10 +40,14 @@ def test_help_lists_every_subcommand_with_a_line() -> None:
 
 
 def test_option_prefixes_are_refused_everywhere(tmp_path: Path, capsys) -> None:
-    """``--trainer.max_epoch`` (a prefix of max_epochs) is refused as ``--model.alph`` is."""
-    for option in ("--trainer.max_epoch", "--model.alph", "--test_after"):
+    """``--trainer.max_epoch`` (a prefix of max_epochs) is refused as ``--model.alph`` is, and
+    as the options of a method's option group are (``--model.optim.l``)."""
+    for option in ("--trainer.max_epoch", "--model.alph", "--test_after", "--model.optim.l",
+                   "--model.schedule.main_epoch"):  # fmt: skip
         with pytest.raises(OptionError, match=re.escape(option.rsplit(".", 1)[-1])):
             run(["fit", "--config", QUICKSTART, option, "1"])
+    with pytest.raises(InputError, match="unrecognized arguments: --scor"):
+        run(["audit", str(tmp_path), "--scor", "loss"])
     for argv in (
         ["sweep", str(CONFIGS / "sweeps" / "fig1_mnist.yaml"), "--dry", "--roo", str(tmp_path)],
         ["report", str(tmp_path), "--pair"],

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -102,6 +104,30 @@ def test_a_run_logged_with_csv_logger_only_plots(tmp_path: Path) -> None:
     with (folder / "metrics.csv").open(newline="") as fh:
         hp = [float(r["hp_metric"]) for r in csv.DictReader(fh) if r["hp_metric"]]
     assert hp == [json.loads((folder / "results.json").read_text())["test_acc"]]
+
+
+def test_a_folder_of_several_runs_plots_the_newest_and_says_so(
+    runs: list[Path], tmp_path: Path, capsys
+) -> None:
+    """The run whose statistics were written last, whatever the folders' names or order; a
+    file written into an older run since (an audit's) does not make it the newest."""
+    root = tmp_path / "runs"
+    older = shutil.copytree(runs[1], root / "b")
+    newer = shutil.copytree(runs[0], root / "a")
+    (older_csv,) = older.rglob("subsets.csv")
+    (newer_csv,) = newer.rglob("subsets.csv")
+    now = time.time()
+    os.utime(older_csv, (now - 60, now - 60))
+    os.utime(newer_csv, (now, now))
+    (older_csv.parent / "label_issues.csv").write_text("rank\n")  # written after both runs
+    out = run(["plot", str(root), "--out", str(tmp_path / "fig.png")])
+    assert out.read_bytes().startswith(b"\x89PNG")
+    err = capsys.readouterr().err
+    assert (
+        f"noisylabels plot: {root} holds 2 runs with statistics; using the newest, "
+        f"{newer_csv.parent}" in err
+    ), err
+    assert load_run(root).path == newer_csv.parent
 
 
 def test_plot_errors(runs: list[Path], tmp_path: Path, capsys) -> None:

@@ -144,6 +144,67 @@ def test_latex_and_csv(tmp_path: Path) -> None:
     assert float(pair["ci_low"]) == pytest.approx(1 - HALF)
 
 
+def _point(root: Path, name: str, point: dict, config: dict | None = None) -> None:
+    """A sweep's grid point ``name`` under ``root`` (its ``sweep_run.json``) with one finished
+    Forward-VRNL run of seed 0, and ``config`` as its ``config.yaml``."""
+    folder = root / name
+    write_runs(folder, [("Forward-VRNL", 0.1, SYM, 0, 0.97, 0.96)])
+    (folder / "sweep_run.json").write_text(json.dumps({"point": point}))
+    if config is not None:
+        (next(folder.rglob("results.json")).parent / "config.yaml").write_text(
+            yaml.safe_dump(config)
+        )
+
+
+def test_a_cell_collision_names_the_field_the_runs_differ_in(tmp_path: Path, capsys) -> None:
+    """Two runs of one seed and the same alpha, apart only in a sweep's axis: the refusal
+    names that axis, not alpha."""
+    root = tmp_path / "runs"
+    for size in ("1", "2"):
+        _point(root, f"ws{size}", {"world_size": size, "seed": "0"})
+    with pytest.raises(SystemExit) as exc:
+        report(root)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert "to --rows or --cols: they differ in world_size" in err, err
+    assert "alpha" not in err
+    out = report(root, "--rows", "method,world_size")
+    assert "| Forward-VRNL | 1 | **97.00 (1)** |" in out and "| Forward-VRNL | 2 |" in out
+
+
+def test_a_cell_collision_names_the_config_option_the_runs_differ_in(
+    tmp_path: Path, capsys
+) -> None:
+    """Apart in no field: the options of their config.yaml files that differ, by the dotted
+    name --rows takes; the seeds and the folders do not count."""
+    root = tmp_path / "runs"
+    for lr, devices in (("0.01", 1), ("0.1", 2)):
+        config = {
+            "seed_everything": int(float(lr) * 100),
+            "trainer": {"devices": devices, "default_root_dir": f"runs/{lr}"},
+            "model": {"class_path": "noisylabels.methods.Forward",
+                      "init_args": {"optim": {"lr": float(lr)}, "alpha": 0.1}},
+        }  # fmt: skip
+        _point(root, f"lr{lr}", {}, config)
+    with pytest.raises(SystemExit):
+        report(root)
+    err = capsys.readouterr().err
+    assert "they differ in model.optim.lr, trainer.devices" in err, err
+    out = report(root, "--rows", "method,model.optim.lr")
+    assert "| Forward-VRNL | 0.01 | **97.00 (1)** |" in out and "| Forward-VRNL | 0.1 |" in out
+
+
+def test_a_cell_collision_of_the_same_run_twice_says_so(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "runs"
+    for copy in ("a", "b"):
+        _point(root, copy, {}, {"trainer": {"max_epochs": 3}})
+    with pytest.raises(SystemExit):
+        report(root)
+    err = capsys.readouterr().err
+    assert "they differ in no field and no option of their config.yaml" in err, err
+    assert "alpha" not in err
+
+
 def test_paired_without_pairs_says_so(tmp_path: Path) -> None:
     out = report(write_runs(tmp_path, RUNS[:3]), "--paired")
     assert "no pairs: no X-VRNL row has its X row" in out
@@ -156,7 +217,8 @@ def test_cells_with_two_runs_of_one_seed_need_another_field(tmp_path: Path, caps
         write_runs(root / str(i), [run])
     with pytest.raises(SystemExit):
         report(root)
-    assert "add the field that tells them apart" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "add the field that tells them apart to --rows or --cols: they differ in alpha" in err
     out = report(root, "--rows", "method,alpha")
     assert (
         "| Forward-VRNL | 0.1 | 97.00 (1) |" in out
