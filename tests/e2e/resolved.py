@@ -149,7 +149,9 @@ class Resolver:
         key = (tuple(str(c) for c in configs), tuple(args))
         if key not in self.parsed:
             argv = [a for c in configs for a in ("--config", str(c))]
-            self.parsed[key] = self.parser.parse_args([*argv, *args])
+            from noisylabels.run.parsing import with_group_nulls  # as the command line does
+
+            self.parsed[key] = self.parser.parse_args(with_group_nulls([*argv, *args]))
         return self.parsed[key]
 
     def __call__(self, configs: Sequence[Path], args: Sequence[str] = ()) -> dict[str, Any]:

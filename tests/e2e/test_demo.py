@@ -7,6 +7,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 
 # what shortens the demo's two runs (appended to the sweep's runs after `--`)
@@ -47,3 +49,23 @@ def test_make_demo_commands_run_and_show_both_checkpoints(
     run(plot)
     figure = Path(plot[plot.index("--out") + 1])
     assert figure.is_file() and figure.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_the_readme_shows_what_the_demo_prints(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The whole demo (about a minute): the table README.md prints under `make demo` is the one
+    the demo's report prints, row for row."""
+    from noisylabels.cli import run
+
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"It prints:\n\n```\n(.*?)```", readme, flags=re.S)
+    assert block, "README.md has no demo table after 'It prints:'"
+    shown = [line for line in block.group(1).splitlines() if line.startswith("|")]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").symlink_to(REPO / "configs")
+    sweep, report, _ = demo_commands()
+    run(sweep)
+    capsys.readouterr()
+    run(report)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    assert printed == shown
