@@ -147,8 +147,8 @@ def paired_difference(vrnl: Mapping[Any, float], base: Mapping[Any, float]) -> P
     if n < 2:
         return Paired(n, mean, None, None, None)
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    if sd == 0.0:
-        return Paired(n, mean, mean, mean, None)
+    if sd == 0.0:  # equal differences: a t interval of width 0 would read as certainty
+        return Paired(n, mean, None, None, None)
     half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
     p = float(stats.ttest_rel([vrnl[s] for s in seeds], [base[s] for s in seeds]).pvalue)
     return Paired(n, mean, mean - half, mean + half, p)

@@ -67,6 +67,8 @@ def fmt_paired(paired: Paired | None) -> str:
     text = f"{paired.mean:+.2f}"
     if paired.low is not None and paired.high is not None:
         text += f" [{paired.low:+.2f}, {paired.high:+.2f}]"
+    elif paired.n > 1:  # no spread among the seeds' differences: no interval to give
+        text += " [equal on every seed: no interval]"
     if paired.p is not None:
         text += f" p={paired.p:.3f}" if paired.p >= 0.001 else " p<0.001"
     return f"{text} ({paired.n})"

@@ -73,6 +73,14 @@ def test_paired_difference_by_hand() -> None:
     single = paired_difference({0: 98.0}, {0: 97.0})
     assert single.n == 1 and single.low is None and single.p is None
     assert paired_difference({0: 98.0}, {1: 97.0}) is None
+    # two equal differences: no interval of width 0 and no p-value, which would read as certain
+    equal = paired_difference({0: 98.0, 1: 97.5}, {0: 97.0, 1: 96.5})
+    assert equal.n == 2 and equal.mean == pytest.approx(1.0)
+    assert equal.low is None and equal.high is None and equal.p is None
+    from noisylabels.report.render import fmt_paired
+
+    assert fmt_paired(equal) == "+1.00 [equal on every seed: no interval] (2)"
+    assert fmt_paired(single) == "+1.00 (1)"
 
 
 def test_markdown_means_stds_counts_best_and_paired(tmp_path: Path) -> None:
