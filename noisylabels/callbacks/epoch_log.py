@@ -197,8 +197,8 @@ class EpochLog(L.Callback):
         if isinstance(pl_module, NoisyLabelMethod):
             warmup, revision = pl_module.warmup_length(), pl_module.revision_length()
             name = pl_module.method_name
-        if max_epochs is not None and max_epochs >= 0:
-            self._stages = planned_stages(max_epochs, warmup, revision)
+        bounded = max_epochs is not None and max_epochs >= 0
+        self._stages = planned_stages(max_epochs, warmup, revision) if bounded else []
         self._stage = None
         self._timed = False
         if not trainer.fast_dev_run:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-def _written(file: Path) -> float:
+def written_at(file: Path) -> float:
     """When ``file`` was last written (a dangling link: never, so it is chosen last)."""
     try:
         return os.stat(file).st_mtime
@@ -33,7 +33,7 @@ def newest_run(root: Path, markers: Iterable[Path], what: str, *, command: str) 
     written: dict[Path, float] = {}
     for marker in markers:
         folder = Path(marker).parent
-        written[folder] = max(written.get(folder, -math.inf), _written(Path(marker)))
+        written[folder] = max(written.get(folder, -math.inf), written_at(Path(marker)))
     if not written:
         raise ValueError(f"no {what} under {root}")
     # the latest write; of runs written at the same moment, the last by path (version_10 > 9)

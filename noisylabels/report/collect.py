@@ -19,7 +19,6 @@ socket or device named like a run's file is a :class:`DamagedRun`, never opened.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from noisylabels.disk.reading import UnreadableFile, read_json, read_yaml
+from noisylabels.disk.runs import written_at
 from noisylabels.errors import MissingFileError
 from noisylabels.report.problems import (
     EPS_T,
@@ -200,13 +200,6 @@ def _record(
     return Record(file, fields, results.get("seed"), metrics, eps_t, config, found, results)
 
 
-def _mtime(file: Path) -> float:
-    try:
-        return os.stat(file).st_mtime
-    except OSError:  # a dangling link: chosen last, and named as damaged if chosen
-        return -math.inf
-
-
 def _recorded_command(file: Path) -> str | None:
     """The ``provenance.command_sha256`` a ``results.json`` records (``None``: not recorded,
     or not readable)."""
@@ -228,14 +221,14 @@ def choose_results(
     newest of those whose ``provenance.command_sha256`` is the ``command_sha256`` of its
     ``sweep_run.json``; if none is, the newest, with a problem (it was made with other options
     than the sweep's, a trial's) unless either hash is not recorded (older files)."""
-    newest = max(files, key=_mtime)
+    newest = max(files, key=written_at)
     wanted = (run_file or {}).get("command_sha256")
     if not isinstance(wanted, str):
         return newest, []
     recorded = {file: _recorded_command(file) for file in files}
     matching = [file for file in files if recorded[file] == wanted]
     if matching:
-        return max(matching, key=_mtime), []
+        return max(matching, key=written_at), []
     if recorded[newest] is None:
         return newest, []
     text = (

@@ -27,7 +27,6 @@ import contextlib
 import os
 import sys
 import time
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -194,14 +193,13 @@ def finish(
     resumed = resume_history(trainer)  # before a test restores other states
     tail = tail_summary(trainer)
     ended = trainer.max_epochs is not None and trainer.current_epoch >= trainer.max_epochs
-    if tail is not None and tail.get("missing") and ended and trainer.is_global_zero:
+    if tail is not None and tail.get("missing") and ended:
         # (a run stopped early, e.g. by its health, misses its last epochs anyway)
         warn(
             f"the test of the run's last epochs has no record of epoch(s) "
             f"{', '.join(map(str, tail['missing']))} (the run was resumed with "
             "another --trainer.max_epochs after its last epochs began), so "
-            "results.json's test_acc_tail_mean is null",
-            every_process=True,
+            "results.json's test_acc_tail_mean is null"
         )
     health = health_of(trainer)
     test_metrics = None
@@ -325,23 +323,20 @@ def test_last_and_best(
     last = RunRecorder.dirpath(trainer) / LAST
     last_path = str(last) if last.is_file() else None
     best_path = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
-    with warnings.catch_warnings():
-        # last.ckpt's writer is a second checkpoint callback; "best" is the first one's
-        warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint`")
-        if best_path:
-            previous = getattr(model, "test_metric", None)
-            model.test_metric = LAST_METRIC
-            try:
-                out = trainer.test(model, datamodule=datamodule, ckpt_path=last_path, verbose=False)
-            finally:
-                model.test_metric = previous or "test/acc"
-            tested = dict(out[0]) if out else {}
-            if LAST_METRIC not in tested and "test/acc" in tested:  # a module of its own
-                tested[LAST_METRIC] = tested.pop("test/acc")
-            metrics.update(tested)
-            if signals is not None:
-                signals.check()
-        out = trainer.test(model, datamodule=datamodule, ckpt_path=best_path or last_path)
+    if best_path:
+        previous = getattr(model, "test_metric", None)
+        model.test_metric = LAST_METRIC
+        try:
+            out = trainer.test(model, datamodule=datamodule, ckpt_path=last_path, verbose=False)
+        finally:
+            model.test_metric = previous or "test/acc"
+        tested = dict(out[0]) if out else {}
+        if LAST_METRIC not in tested and "test/acc" in tested:  # a module of its own
+            tested[LAST_METRIC] = tested.pop("test/acc")
+        metrics.update(tested)
+        if signals is not None:
+            signals.check()
+    out = trainer.test(model, datamodule=datamodule, ckpt_path=best_path or last_path)
     metrics.update(out[0] if out else {})
     if not best_path and "test/acc" in metrics:
         metrics[LAST_METRIC] = metrics["test/acc"]
