@@ -178,11 +178,12 @@ def divergence_message(
     lr_cause = (
         f"the learning rate (lr={lr}) is too high for this model and data; lower --model.optim.lr"
     )
-    if alpha > 0:
+    if alpha > 0 and hp.get("vrnl_form", "paper") == "paper":
         cause = (
             f"the VRNL coefficient alpha={alpha} is too large for the scale of the losses "
             "(-alpha*Var(loss) grows without bound as the losses spread apart: lower "
-            f"--model.alpha), or {lr_cause}"
+            "--model.alpha, or give --model.vrnl_form bounded, whose weights never push a "
+            f"loss up), or {lr_cause}"
         )
     else:
         cause = lr_cause

@@ -26,6 +26,7 @@ PAIR_OPTIONS_IGNORED = (
     *CELL_OPTIONS_IGNORED,
     "model.init_args.alpha",
     "model.init_args.variance_scope",
+    "model.init_args.vrnl_form",
     "model.init_args.weight_warning",
 )
 

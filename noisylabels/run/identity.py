@@ -62,6 +62,9 @@ RESUMABLE: dict[str, str] = {
 # elsewhere an option only one side records is unknown, not a change (e.g. a checkpoint
 # written before identities were kept, or a run from Python resumed from the command line)
 ALWAYS_COMPARED = ("model.", "data.", "labels.", "inputs.")
+ADDED_SINCE: dict[str, Any] = {"model.vrnl_form": "paper"}
+"""Options added after runs were first recorded, with the value a record without them ran at
+(a checkpoint written before ``vrnl_form`` existed trained the paper's form)."""
 AFTER_SETUP = ("labels.", "inputs.")
 
 
@@ -264,7 +267,8 @@ def differences(
         both = name in saved and name in now
         if not both and not name.startswith(ALWAYS_COMPARED):
             continue
-        before, after = saved.get(name), now.get(name)
+        before = saved.get(name, ADDED_SINCE.get(name))
+        after = now.get(name, ADDED_SINCE.get(name))
         if name.endswith(".class") and before and after:
             if _same_class(before, after):
                 continue

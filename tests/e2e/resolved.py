@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from noisylabels.run.identity import ADDED_SINCE
+
 from conftest import CONFIGS, REPO
 
 RECORD = Path(__file__).with_name("resolved_configs.json")
@@ -44,13 +46,14 @@ MOVED: dict[str, str] = {
 """Every method option that moved into a group: old name -> new name (flat, dotted)."""
 NEW = ("model.schedule.main_epochs", "model.schedule.cosine_period", "model.schedule.min_lr")
 """Options that did not exist before the move (their effect is checked through the epochs)."""
-ADDED_DEFAULTS = {"data.views": 1}
+ADDED_DEFAULTS = {"data.views": 1, **ADDED_SINCE}
 """Options of every run added after the record was made, at the value that is the run of before
-(one augmented view): a sweep run's digest leaves them out at that value."""
+(one augmented view; VRNL's paper form): a run's record leaves them out at that value."""
 # not what a run computes: where it logs and what the terminal shows
 SKIPPED = (
     "config",
     "ckpt_path",
+    "weights_only",
     "checkpoint.",
     "trainer.max_epochs",
     "trainer.callbacks",
@@ -197,7 +200,8 @@ def is_moved(option: str) -> bool:
 
 def sweep_values(resolve: Resolver, known: set[str]) -> dict[str, dict[str, str]]:
     """For every shipped sweep file, each run's :func:`digest` of its values (by the names of
-    before the move, those of ``known``): its configs and the moved options it sets resolved,
+    before the move, those of ``known`` and the options added since, ``ADDED_DEFAULTS``, where
+    a run sets them to another value): its configs and the moved options it sets resolved,
     the others (noise, seeds, alpha) laid over them as the sweep file gives them."""
     from noisylabels.sweep.grid import format_value, load_sweep
 
@@ -214,7 +218,8 @@ def sweep_values(resolve: Resolver, known: set[str]) -> dict[str, dict[str, str]
                 {
                     k: v
                     for k, v in as_old(values).items()
-                    if k in known and not (k in ADDED_DEFAULTS and v == ADDED_DEFAULTS[k])
+                    if (k in known or k in ADDED_DEFAULTS)
+                    and not (k in ADDED_DEFAULTS and v == ADDED_DEFAULTS[k])
                 }
             )
         out[str(path.relative_to(REPO))] = runs
@@ -260,8 +265,9 @@ def write(content: Mapping[str, Mapping[str, Any]]) -> str:
 
 def add_new() -> list[str]:
     """Add the shipped configs the record does not have yet (a new preset, group or protocol),
-    each by its values that differ from the common ones, and the sweep files it does not have
-    yet; recorded entries stay as they are. Returns the names added."""
+    each by its values that differ from the common ones, and the sweep runs it does not have
+    yet (of a new sweep file or new in one); recorded entries stay as they are. Returns the
+    names added."""
     content = json.loads(RECORD.read_text())
     common = content["common"][""]
     resolve = Resolver()
@@ -277,9 +283,11 @@ def add_new() -> list[str]:
         added.append(name)
     known = {k for own in content["configs"].values() for k in {**common, **own}}
     for sweep, runs in sweep_values(resolve, known).items():
-        if sweep not in content["sweeps"]:
-            content["sweeps"][sweep] = runs
-            added.append(sweep)
+        recorded_runs = content["sweeps"].setdefault(sweep, {})
+        for run, value in runs.items():  # a new sweep file, or new runs of one
+            if run not in recorded_runs:
+                recorded_runs[run] = value
+                added.append(f"{sweep}: {run}")
     RECORD.write_text(write(content))
     return added
 

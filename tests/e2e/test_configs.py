@@ -186,11 +186,13 @@ def test_compose_errors_name_the_files(tmp_path: Path) -> None:
 def changes(before: dict[str, Any], now: dict[str, Any]) -> dict[str, list[Any]]:
     """``{name: [recorded, now]}`` for the values of a run that differ, by the names of before
     the options moved; a method option that did not exist then is a change too (data options
-    added since are not the method's)."""
+    added since are not the method's; one added at the value every run of before had,
+    ``resolved.ADDED_DEFAULTS``, is not a change)."""
     old = resolved.as_old(now)
     out = {k: [v, old.get(k, "missing")] for k, v in before.items() if old.get(k, "missing") != v}
     for key in sorted(set(old) - set(before)):
-        if key.startswith("model."):
+        added_at_default = resolved.ADDED_DEFAULTS.get(key, object()) == old[key]
+        if key.startswith("model.") and not added_at_default:
             out[key] = ["missing", old[key]]
     return out
 

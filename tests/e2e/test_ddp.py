@@ -44,6 +44,7 @@ from conftest import CONFIGS, REPO, config_args, make_image_folder, make_mnist, 
 HERE = Path(__file__).resolve().parent
 WORLD = 2
 ALPHA = 0.3
+BOUNDED_ALPHA = 1.0  # large enough that some weights 1 + 2 alpha (mean - l_i) are floored
 SIZES = (7, 5)  # uneven per-process batches of one global batch of 12
 NOISE = {"noise_type": "instance", "noise_rate": 0.4, "noise_seed": 3}
 TRAIN_BATCH, EVAL_BATCH = 20, 16
@@ -121,6 +122,9 @@ def _check_objective(rank: int) -> dict[str, Any]:
     losses = all_losses[start : start + SIZES[rank]].clone().requires_grad_(True)
     out = vrnl_objective(losses, ALPHA, "global")
     out.objective.backward()
+    bounded_losses = losses.detach().clone().requires_grad_(True)
+    bounded = vrnl_objective(bounded_losses, BOUNDED_ALPHA, "global", form="bounded")
+    bounded.objective.backward()
     return {
         "losses": losses.detach(),
         "objective": out.objective.detach(),
@@ -128,6 +132,8 @@ def _check_objective(rank: int) -> dict[str, Any]:
         "variance": out.variance,
         "weights": out.weights,
         "grad": losses.grad,
+        "bounded_objective": bounded.objective.detach(),
+        "bounded_grad": bounded_losses.grad,
     }
 
 
@@ -285,6 +291,23 @@ def test_global_variance_is_variance_of_concatenated_losses(ranks) -> None:
         # the all-reduce's backward sums over ranks: WORLD x the full-batch gradient, which DDP's
         # averaging over ranks turns back into the full-batch gradient
         torch.testing.assert_close(got["grad"], WORLD * reference.grad[part])
+
+
+def test_bounded_global_gradient_is_that_of_the_concatenated_batch(ranks) -> None:
+    """The bounded form under DDP: the value of the paper's objective on the global batch, and
+    per process WORLD x the one-process gradient on the concatenated losses (DDP's mean over the
+    processes gives the global batch's), some of whose weights are floored at 0."""
+    losses = torch.cat([r["objective"]["losses"] for r in ranks])
+    reference = losses.clone().requires_grad_(True)
+    ref = vrnl_objective(reference, BOUNDED_ALPHA, "local", form="bounded")
+    ref.objective.backward()
+    assert (ref.weights == 0).any() and (ref.weights > 0).any()
+    for r, res in enumerate(ranks):
+        got = res["objective"]
+        torch.testing.assert_close(got["bounded_objective"], ref.objective.detach())
+        start = sum(SIZES[:r])
+        part = slice(start, start + SIZES[r])
+        torch.testing.assert_close(got["bounded_grad"], WORLD * reference.grad[part])
 
 
 def test_two_process_step_equals_one_process_step_on_the_global_batch(ranks) -> None:

@@ -34,6 +34,13 @@ WARM = {"warmup_epochs": 1, "main_epochs": STAGE - 1, "milestones": ()}
 REFUSED = [
     ("CE", {"alpha": 0.0, "variance_scope": "local"}, "variance_scope", {"alpha": 0.0}),
     ("ELR", {"alpha": 0.0, "weight_warning": 0.5}, "weight_warning", {"alpha": 0.0}),
+    ("Forward", {"alpha": 0.0, "vrnl_form": "bounded"}, "vrnl_form", {"alpha": 0.0}),
+    (
+        "CE",
+        {"alpha": 0.1, "vrnl_form": "bounded", "weight_warning": 0.2},
+        "weight_warning",
+        {"alpha": 0.1, "vrnl_form": "bounded"},
+    ),
     ("CORES", {"sieve_epoch": 9}, "sieve_epoch", {}),
     ("CORES", {"beta_start": 9}, "beta_start", {}),
     ("CORES", {"beta": 0.0, "scale_lr": False}, "scale_lr", {"beta": 0.0}),

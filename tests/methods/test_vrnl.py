@@ -38,6 +38,57 @@ def test_gradient_is_weighted_sum_of_per_sample_gradients(alpha: float) -> None:
     assert not torch.allclose(grad, per_sample.mean(0))  # the variance term does something
 
 
+@pytest.mark.parametrize("alpha", [-0.4, 0.6])
+def test_bounded_form_floors_the_weights_and_keeps_the_value(alpha: float) -> None:
+    """The bounded form: the paper's value, and the gradient (1/n) sum max(w_i, 0) dl_i; some
+    weights are floored here (the check can fail), none is negative."""
+    torch.manual_seed(1)
+    x = torch.randn(24, 5, dtype=torch.float64)
+    y = torch.randint(0, 3, (24,))
+    w = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    losses = F.cross_entropy(x @ w, y, reduction="none")
+    paper = vrnl_objective(losses, alpha, scope="local")
+    out = vrnl_objective(losses, alpha, scope="local", form="bounded")
+    torch.testing.assert_close(out.objective, paper.objective)
+    assert (paper.weights < 0).any() and (out.weights >= 0).all()
+    torch.testing.assert_close(out.weights, paper.weights.clamp_min(0))
+    (grad,) = torch.autograd.grad(out.objective, w, retain_graph=True)
+    per_sample = torch.stack(
+        [torch.autograd.grad(losses[i], w, retain_graph=True)[0] for i in range(len(losses))]
+    )
+    torch.testing.assert_close(grad, (out.weights.view(-1, 1, 1) * per_sample).mean(0))
+    (paper_grad,) = torch.autograd.grad(paper.objective, w, retain_graph=True)
+    assert not torch.allclose(grad, paper_grad)
+
+
+def test_bounded_form_with_a_mask_and_a_variance_graph() -> None:
+    """Masked samples get weight 0 and no gradient; with ``variance_losses`` (another graph of
+    the same values) the weight-1 part reaches ``losses``' parameters and the floored weights'
+    correction only ``variance_losses``', as in the paper's form."""
+    a = torch.tensor([0.1, 0.5, 2.0, 4.0, 0.3], dtype=torch.float64, requires_grad=True)
+    b = a.detach().clone().requires_grad_(True)
+    mask = torch.tensor([True, True, True, True, False])
+    out = vrnl_objective(a, 0.5, "local", variance_losses=b, mask=mask, form="bounded")
+    out.objective.backward()
+    kept = a.detach()[:4]
+    weights = (1 + 2 * 0.5 * (kept.mean() - kept)).clamp_min(0)
+    assert weights[3] == 0 and out.weights[4] == 0
+    torch.testing.assert_close(out.weights[:4], weights)
+    torch.testing.assert_close(a.grad, torch.tensor([0.25, 0.25, 0.25, 0.25, 0.0], dtype=a.dtype))
+    torch.testing.assert_close(b.grad[:4], (weights - 1) / 4)
+    assert b.grad[4] == 0
+
+
+def test_bounded_form_is_the_paper_form_where_every_weight_is_positive() -> None:
+    losses = (torch.rand(20, dtype=torch.float64) + 1).requires_grad_(True)
+    (g_paper,) = torch.autograd.grad(vrnl_objective(losses, 0.05, "local").objective, losses)
+    bounded = vrnl_objective(losses, 0.05, "local", form="bounded")
+    (g_bounded,) = torch.autograd.grad(bounded.objective, losses)
+    torch.testing.assert_close(g_bounded, g_paper)
+    with pytest.raises(ValueError, match="form"):
+        vrnl_objective(losses, 0.1, form="floored")
+
+
 def test_alpha_zero_is_plain_mean_and_scopes_agree_without_ddp() -> None:
     losses = torch.rand(10)
     assert torch.allclose(vrnl_objective(losses, 0.0).objective, losses.mean())
@@ -99,6 +150,8 @@ def test_large_alpha_warns_with_fraction(run_cli, tmp_path) -> None:
 def test_bad_model_arguments() -> None:
     with pytest.raises(ValueError, match="variance_scope"):
         CE(variance_scope="everywhere")
+    with pytest.raises(ValueError, match="--model.vrnl_form must be one of"):
+        CE(alpha=0.1, vrnl_form="clipped")
     with pytest.raises(ValueError, match="--model.optim.optimizer must be one of"):
         CE(optim={"optimizer": "lbfgs"})
     with pytest.raises(ValueError, match="unknown backbone|available"):

@@ -39,6 +39,7 @@ from noisylabels.methods.core.staged import StagedModule
 from noisylabels.methods.core.stages import StageSchedule
 from noisylabels.methods.core.step import EpochStatistics, StepOutput, named_metrics
 from noisylabels.methods.core.vrnl import (
+    FORMS,
     SCOPES,
     check_variance_samples,
     warn_nonpositive_weights,
@@ -58,6 +59,9 @@ class NoisyLabelMethod(StagedModule):
         alpha: VRNL coefficient: ``> 0`` increases the loss variance, ``0`` is the base method,
             ``< 0`` penalizes the variance.
         variance_scope: ``global`` (variance over the batch of all DDP processes) or ``local``.
+        vrnl_form: ``paper`` (the gradient of ``mean(l) - alpha * Var(l)``) or ``bounded`` (the
+            same objective with every sample's weight ``1 + 2 alpha (mean(l) - l_i)`` floored
+            at 0 in its gradient, so that no sample's loss is pushed up).
         schedule: the stages (warm-up, the method's own, revision), their lengths and the
             learning rate of every epoch.
         optim: the optimizer (paper: SGD, lr 0.01, momentum 0.9, weight decay 1e-4).
@@ -85,6 +89,7 @@ class NoisyLabelMethod(StagedModule):
         network: NetworkOptions = NetworkOptions(),
         alpha: float = 0.0,
         variance_scope: str = "global",
+        vrnl_form: str = "paper",
         schedule: StageSchedule = StageSchedule(),
         optim: OptimizerOptions = OptimizerOptions(),
         speed: SpeedOptions = SpeedOptions(),
@@ -95,6 +100,8 @@ class NoisyLabelMethod(StagedModule):
             raise InputError(
                 f"--model.variance_scope must be one of {SCOPES}, got {variance_scope!r}"
             )
+        if vrnl_form not in FORMS:
+            raise InputError(f"--model.vrnl_form must be one of {FORMS}, got {vrnl_form!r}")
         self.network_options = option_group("network", network)
         self.schedule = option_group("schedule", schedule)
         self.optim = option_group("optim", optim)
@@ -121,6 +128,7 @@ class NoisyLabelMethod(StagedModule):
         self.num_classes = num_classes
         self.alpha = float(alpha)
         self.variance_scope = variance_scope
+        self.vrnl_form = vrnl_form
         self.speed = Acceleration(speed.compile, speed.compile_backend, speed.channels_last)
         self.stage_loss_fn = self.stage_loss
         self.net = self.build_network()
@@ -202,9 +210,15 @@ class NoisyLabelMethod(StagedModule):
         value other than their default (:mod:`~noisylabels.methods.core.inert`). The base's:
         the variance term's options where there is no variance term (``alpha`` 0)."""
         if self.alpha != 0:
+            if self.vrnl_form == "bounded":
+                reason = (
+                    "vrnl_form is bounded: no weight is negative (each is floored at 0), so "
+                    "there is nothing to warn of"
+                )
+                return [("weight_warning", reason)]
             return []
         reason = "alpha is 0: the base method, with no variance term"
-        return [("variance_scope", reason), ("weight_warning", reason)]
+        return [("variance_scope", reason), ("vrnl_form", reason), ("weight_warning", reason)]
 
     def val_loss_changes(self) -> str | None:
         """Why this run's validation loss (``val/loss``: the method's per-sample loss on the
@@ -288,7 +302,9 @@ class NoisyLabelMethod(StagedModule):
         reach only some parameters (see :func:`~noisylabels.methods.core.vrnl.vrnl_objective`).
         """
         alpha = 0.0 if self.in_warmup else self.alpha
-        out = self.speed.vrnl_fn(losses, alpha, self.variance_scope, variance_losses, used)
+        out = self.speed.vrnl_fn(
+            losses, alpha, self.variance_scope, variance_losses, used, self.vrnl_form
+        )
         objective = out.objective if extra is None else out.objective + extra
         keep = self.speed.keep  # the record outlives the step (CUDA graphs reuse outputs)
         step = StepOutput(
@@ -400,7 +416,8 @@ class NoisyLabelMethod(StagedModule):
         for name, value in named_metrics(by_network).items():
             self.log(name, value, prog_bar=name == "train/acc")
         frac = by_network.get(0, {}).get("nonpositive_weight_frac", 0.0)
-        warn_nonpositive_weights(frac, self.alpha, self.hparams.weight_warning)
+        if self.vrnl_form == "paper":  # the bounded form floors them at 0 by design
+            warn_nonpositive_weights(frac, self.alpha, self.hparams.weight_warning)
         if not self.automatic_optimization:
             optim.step_schedulers(self)
 

@@ -13,6 +13,12 @@ global batch from the same reduced sums, so the backward of the sum over the ``W
 ``W * dR/d(its losses)``; DDP then averages the parameter gradients over the
 processes, which gives ``sum_r dR/d(losses of r) * d(losses of r)/dtheta = dR/dtheta``: the
 gradient of the objective on the concatenated batch.
+
+The bounded form (``form="bounded"``) keeps the objective's value and floors each sample's
+weight at 0: its gradient is that of ``sum_i max(w_i, 0) l_i / n`` with the weights held constant,
+so that no sample's loss is pushed up (the paper's form pushes up every loss whose weight is
+negative, which is what leaves ``mean - alpha * Var`` unbounded below for ``alpha > 0`` and an
+unbounded loss). Where every weight is positive the two forms have the same gradient.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ from noisylabels.errors import InputError, warn
 from noisylabels.methods.core.distributed import SumOverProcesses
 
 SCOPES = ("global", "local")
+FORMS = ("paper", "bounded")
+"""The forms of the objective: the paper's ``mean - alpha * Var`` and its bounded form, whose
+gradient weights every sample by ``max(1 + 2 alpha (mean(l) - l_i), 0)``."""
 
 
 @dataclass
@@ -68,6 +77,7 @@ def vrnl_objective(
     scope: str = "global",
     variance_losses: Tensor | None = None,
     mask: Tensor | None = None,
+    form: str = "paper",
 ) -> VRNLOutput:
     """Return ``mean(l) - alpha * Var(l)`` for per-sample losses ``l`` of shape ``(n,)``.
 
@@ -81,12 +91,17 @@ def vrnl_objective(
         mask: boolean ``(n,)``: the statistics cover only these samples (a method's selection);
             the others get weight 0 (and no gradient). Applied with ``torch.where``, never by
             indexing, so the result needs no host synchronization.
+        form: ``"paper"`` (the gradient of ``mean - alpha * Var``: sample ``i`` weighted by
+            ``w_i = 1 + 2 alpha (mean(l) - l_i)``) or ``"bounded"`` (the same value, its gradient
+            with every ``w_i`` floored at 0; ``weights`` are then the floored ones).
 
     Every operation runs on the losses' device with shapes known in advance (no host
     synchronization), so the function can be compiled into one graph.
     """
     if scope not in SCOPES:
         raise ValueError(f"variance scope must be one of {SCOPES}, got {scope!r}")
+    if form not in FORMS:
+        raise ValueError(f"VRNL form must be one of {FORMS}, got {form!r}")
     if losses.ndim != 1:
         raise ValueError(f"expected per-sample losses of shape (n,), got {tuple(losses.shape)}")
     v = losses if variance_losses is None else variance_losses
@@ -107,9 +122,31 @@ def vrnl_objective(
     objective = mean - alpha * variance if alpha != 0 else mean
     with torch.no_grad():
         weights = 1.0 + 2.0 * alpha * (mean - losses)
+        if form == "bounded":
+            weights = weights.clamp_min(0.0)
         if mask is not None:
             weights = torch.where(mask, weights, 0.0)
+    if form == "bounded" and alpha != 0:
+        objective = _bounded(objective, mean, v, weights, n, scope)
     return VRNLOutput(objective, mean.detach(), variance.detach(), weights)
+
+
+def _bounded(
+    objective: Tensor, mean: Tensor, v: Tensor, weights: Tensor, n: Tensor, scope: str
+) -> Tensor:
+    """The bounded form's objective: the value of ``objective``, the gradient of ``mean`` (every
+    sample at weight 1, through ``losses``' graph) plus ``sum_i (w_i - 1) v_i / n`` with the
+    floored weights ``w_i`` held constant (through ``v``, the variance's graph): together
+    ``sum_i w_i dl_i / n``. The second term is this process's samples only; with a global scope
+    DDP's mean of the processes' gradients divides it by the number of processes, which the factor
+    ``world`` undoes (the first term's all-reduce is differentiable, as in the paper's form)."""
+    world = 1
+    if scope == "global" and dist.is_available() and dist.is_initialized():
+        world = dist.get_world_size()
+    # a floored sample's -1 cancels its +1 in the mean; outside the mask v is a constant 0
+    correction = ((weights - 1.0) * v).sum()
+    surrogate = mean + correction * (world / n)
+    return objective.detach() + (surrogate - surrogate.detach())
 
 
 def masked_mean(values: Tensor, mask: Tensor | None, scope: str = "global") -> Tensor:
