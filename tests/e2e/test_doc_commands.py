@@ -313,6 +313,8 @@ class DocRunner:
                 for w in (f"--model.schedule.{name}", "1")
             ]
             epochs = str(len(extra) // 2 + 1)
+            if "warmup_epochs" in stages:  # a warm-up's milestones lie past its one epoch
+                extra += ["--model.schedule.warmup_milestones", "[]"]
             outcome = self._invoke(command, [*args, *extra, "--trainer.max_epochs", epochs], "ran")
         if outcome.error and "--ckpt_path last: no run under" in outcome.error:
             # continuing "the newest run" of a config presumes one: made first, then continued
