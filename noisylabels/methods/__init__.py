@@ -9,6 +9,7 @@ its modules), which is what ``noisylabels fit --model.help`` prints and the test
 """
 
 from noisylabels.methods.backward import Backward
+from noisylabels.methods.cdr import CDR
 from noisylabels.methods.ce import CE
 from noisylabels.methods.core import (
     EpochStatistics,
@@ -33,6 +34,7 @@ from noisylabels.methods.forward import Forward
 from noisylabels.methods.gce import GCE
 from noisylabels.methods.jocor import JoCoR
 from noisylabels.methods.mentornet import MentorNet
+from noisylabels.methods.mixup import Mixup
 from noisylabels.methods.peer import Peer
 from noisylabels.methods.ptd import PTD
 from noisylabels.methods.reweight import Reweight
@@ -44,6 +46,7 @@ from noisylabels.methods.volminnet import VolMinNet
 
 __all__ = [
     "Backward",
+    "CDR",
     "CE",
     "CORES",
     "CoTeaching",
@@ -56,6 +59,7 @@ __all__ = [
     "GCE",
     "JoCoR",
     "MentorNet",
+    "Mixup",
     "NetworkOptions",
     "NoisyLabelMethod",
     "OptimizerOptions",

@@ -20,11 +20,13 @@ from torch import Tensor
 from noisylabels.callbacks import DivergenceGuard
 from noisylabels.data import DigitsDataModule
 from noisylabels.methods import (
+    CDR,
     CE,
     GCE,
     Backward,
     CoTeaching,
     Forward,
+    Mixup,
     NoisyLabelMethod,
     Peer,
     Reweight,
@@ -85,6 +87,7 @@ def _loss_and_grads(model: NoisyLabelMethod, batch: dict[str, Tensor]) -> tuple[
 
 METHODS = {
     "CE": (CE, {}),
+    "CE-bounded": (CE, {"alpha": 2.0, "vrnl_form": "bounded"}),  # some weights floored
     "Forward-true": (Forward, {"transition": True, "schedule": {"warmup_epochs": 0}}),
     "Forward-estimated": (Forward, {"transition": "estimate", "schedule": {"warmup_epochs": 1}}),
     "Reweight": (Reweight, {"transition": "estimate", "schedule": {"warmup_epochs": 1}}),
@@ -92,6 +95,8 @@ METHODS = {
     "GCE": (GCE, {}),
     "Backward-true": (Backward, {"transition": True, "schedule": {"warmup_epochs": 0}}),
     "Peer": (Peer, {"peer_alpha": 0.5}),
+    "CDR": (CDR, {"clip_rate": 0.5}),
+    "Mixup": (Mixup, {"mixup_alpha": 1.0}),  # the mixed batch and its keys
 }
 
 
