@@ -50,7 +50,10 @@ PAIR_PROTOCOLS: dict[str, tuple[str, ...]] = {
     "cifar10_elr": ("elr_cifar10",),
     "mnist_gce": ("vrnl_sgd",),
     "mnist_mixup": ("vrnl_sgd",),
-    **{f"clothing1m_{m}": ("vrnl_sgd",) for m in ("cores", "decoupling", "gce", "trevision")},
+    **{
+        f"clothing1m_{m}": ("vrnl_sgd",)
+        for m in ("cores", "decoupling", "gce", "mixup", "trevision")
+    },
 }  # fmt: skip
 """The protocols (``configs/protocol/``) a pair without a preset composes after its groups, as
 those files' comments say."""
