@@ -2,15 +2,20 @@
 that command's output: the section's report commands run on the committed records of
 ``results/``, and each row of a doc table is a row of the printed table of the same title
 (a doc table may keep some of the rows the command prints, never change one). A table no
-command of its section prints must say where it comes from in its caption (:data:`MADE_BY`)."""
+command of its section prints must say where it comes from in its caption (:data:`MADE_BY`).
+Every figure of a section's reading (its prose) must be held by a table of the section, the
+output of one of its report commands or a record it names; the figures a reading derives
+are listed (:data:`UNCHECKED`), and the list only shrinks."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import shlex
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +24,8 @@ from conftest import REPO
 DOC = REPO / "docs" / "results.md"
 FENCE = re.compile(r"^```bash[^\n]*\n(.*?)^```\n", re.S | re.M)
 TITLE = re.compile(r"^\*\*(.+)\*\*$")
+SEPARATOR = re.compile(r"^\|\s*:?-{3,}")
+"""A Markdown table's header separator row, ``|---|`` or ``| --- |``."""
 MADE_BY = re.compile(r"`(results\.json|results/|transition_estimate\.csv|benchmarks/)")
 """What a table's caption (or the paragraph before it) names when no report command prints it:
 the records or the script it is read from."""
@@ -96,7 +103,7 @@ def tables(text: str) -> list[tuple[list[Row], int]]:
     lines = text.splitlines()
     found, i = [], 0
     while i < len(lines):
-        if lines[i].startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+        if lines[i].startswith("|") and i + 1 < len(lines) and SEPARATOR.match(lines[i + 1]):
             keys = keyed(cells(lines[i]))
             j, rows = i + 2, []
             while j < len(lines) and lines[j].startswith("|"):
@@ -195,3 +202,186 @@ def test_a_changed_cell_or_a_row_no_command_prints_fails() -> None:
     other = tables("| method | A |\n|---|---|\n| Y | 1.00 |\n")[0][0]
     assert printed_in(kept, outputs)
     assert not printed_in(changed, outputs) and not printed_in(other, outputs)
+
+
+# ---------------------------------------------------------------------------- the readings' figures
+FIGURE = re.compile(r"(?<![\w.])[+−-]?\d+\.\d{2,}(?!\w)")
+"""A figure of a reading: a number with two or more decimals (accuracies, differences, ε_T)."""
+RECORD_PATH = re.compile(r"results/[\w.-]+(?:/[\w.-]+)*")
+
+UNCHECKED: dict[str, tuple[str, ...]] = {
+    "Table 1, MNIST, Sym-50 %: every row under its own protocol": (
+        "0.527",
+        "0.060",
+        "0.068",
+    ),
+    "Table 1, MNIST, all six columns: the seven VRNL-family rows": (
+        "7.73",
+        "87.58",
+        "2.48",
+        "4.10",
+        "9.32",
+        "39.76",
+        "+2.54",
+        "+3.47",
+        "+2.49",
+        "+4.17",
+        "+1.86",
+        "+3.17",
+        "+4.18",
+        "+6.62",
+        "+1.32",
+        "−10.23",
+    ),
+    "Pair-45 %: where Forward's estimated T̂ points the flips": (
+        "96.45",
+        "4.03",
+        "59.18",
+        "0.40",
+        "0.43",
+        "0.44",
+        "0.531219447995646",
+        "0.17457227722801227",
+        "0.78",
+        "0.85",
+        "0.009",
+    ),
+    "The baselines of the paper's tables: a short run on MNIST, Sym-50 %": (
+        "0.01",
+        "0.29",
+        "0.54",
+        "90.57",
+    ),
+    "VRNL on later methods: MNIST Sym-50 %": (
+        "0.71",
+        "0.21",
+        "8.13",
+        "12.34",
+        "0.31",
+        "−3.80",
+        "−3.18",
+        "−7.33",
+        "−12.93",
+        "−22.91",
+        "−22.93",
+        "−12.87",
+        "−22.83",
+        "0.479",
+        "0.0985",
+        "0.1013",
+        "1.86",
+        "0.819",
+        "0.131",
+        "0.29",
+        "0.91",
+        "0.118",
+        "14.2343",
+        "0.30",
+        "+9.10",
+        "+7.39",
+    ),
+    "Co-teaching+ on MNIST Sym-50 % under its paper's protocol": (
+        "96.77",
+        "0.03",
+        "96.41",
+        "−0.11",
+        "−0.62",
+        "+0.40",
+        "−0.16",
+        "+1.62",
+        "+0.27",
+        "−0.26",
+        "0.27",
+        "0.76",
+        "0.444",
+        "0.18",
+        "0.36",
+        "0.483",
+        "0.488",
+        "0.29",
+    ),
+}
+"""The figures of each section's reading (by its heading) that no record or table of the section
+holds as printed: differences of two cells, values read from a run's TensorBoard scalars or epoch
+log, a mean of a subset of seeds. Each is to be given a record or a table row it is read from,
+and then leaves this list; a figure added to a reading without one fails the test."""
+
+
+def reading(text: str) -> str:
+    """A section's prose: its text without fenced blocks and table rows."""
+    text = FENCE.sub("", text)
+    return "\n".join(line for line in text.splitlines() if not line.startswith("|"))
+
+
+def bare(figure: str) -> str:
+    return figure.lstrip("+−-")
+
+
+def record_figures(text: str, root: Path = REPO) -> set[str]:
+    """Every float of the ``results.json`` files under the ``results/`` paths a section names,
+    as printed at 2 to 4 decimals, as it is and in per cent."""
+    out: set[str] = set()
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        elif isinstance(value, float):
+            out.update(f"{abs(v):.{k}f}" for v in (value, 100 * value) for k in (2, 3, 4))
+
+    for named in set(RECORD_PATH.findall(text)):
+        path = root / named.rstrip(".")
+        files = [path] if path.is_file() else sorted(path.rglob("results.json"))
+        for file in files:
+            if file.suffix == ".json":
+                walk(json.loads(file.read_text(encoding="utf-8")))
+    return out
+
+
+def supported(commands: list[list[str]], text: str, root: Path = REPO) -> set[str]:
+    """The figures a section's tables, its report commands' output and its records hold."""
+    tables_text = "\n".join(line for line in text.splitlines() if line.startswith("|"))
+    shown = [tables_text, *(printed(tuple(args)) for args in commands)]
+    return {bare(f) for t in shown for f in FIGURE.findall(t)} | record_figures(text, root)
+
+
+def unsupported(commands: list[list[str]], text: str) -> list[str]:
+    """The figures of a section's reading that nothing of :func:`supported` holds."""
+    held = supported(commands, text)
+    return [f for f in FIGURE.findall(reading(text)) if bare(f) not in held]
+
+
+@pytest.mark.parametrize(
+    ("commands", "text", "line"), SECTIONS, ids=[f"line{line}" for _, _, line in SECTIONS]
+)
+def test_every_figure_of_a_reading_is_held_by_a_record_or_table_of_its_section(
+    commands: list[list[str]], text: str, line: int
+) -> None:
+    """Each figure of a section's prose is a cell of one of its tables, a figure one of its
+    report commands prints, or a value of a ``results.json`` under a ``results/`` path it names;
+    or one of the section's :data:`UNCHECKED` figures, a list that only shrinks."""
+    heading = text.splitlines()[0].removeprefix("## ")
+    known = set(UNCHECKED.get(heading, ()))
+    found = unsupported(commands, text)
+    new = sorted(set(found) - known)
+    assert not new, (
+        f"docs/results.md:{line}: figures of the reading that no table, report output or record "
+        f"of the section holds: {new}"
+    )
+    stale = sorted(known - set(found))
+    assert not stale, f"UNCHECKED lists figures this section no longer needs there: {stale}"
+
+
+def test_a_figure_no_record_holds_is_found(tmp_path) -> None:
+    run = tmp_path / "results" / "x" / "seed-0"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text('{"test_acc": 0.9876}')
+    table = "| method | A |\n|---|---|\n| X | 97.10 |\n"
+    text = "## s\n\nIn `results/x`: 98.76 and 97.10, but 95.55.\n\n" + table
+    assert record_figures(text, tmp_path) >= {"98.76"}
+    held = supported([], text, tmp_path)
+    assert "97.10" in held and "98.76" in held and "95.55" not in held
+    assert reading(text).count("97.10") == 1 and "| X |" not in reading(text)
