@@ -8,6 +8,7 @@ family, ``selection.py`` the two-network family, then one small file per method.
 its modules), which is what ``noisylabels fit --model.help`` prints and the tests train.
 """
 
+from noisylabels.methods.apl import APL
 from noisylabels.methods.backward import Backward
 from noisylabels.methods.cdr import CDR
 from noisylabels.methods.ce import CE
@@ -30,14 +31,17 @@ from noisylabels.methods.coteachingplus import CoTeachingPlus
 from noisylabels.methods.decoupling import Decoupling
 from noisylabels.methods.dividemix import DivideMix
 from noisylabels.methods.elr import ELR
+from noisylabels.methods.fdivergence import FDivergence
 from noisylabels.methods.forward import Forward
 from noisylabels.methods.gce import GCE
+from noisylabels.methods.gls import GLS
 from noisylabels.methods.jocor import JoCoR
 from noisylabels.methods.mentornet import MentorNet
 from noisylabels.methods.mixup import Mixup
 from noisylabels.methods.peer import Peer
 from noisylabels.methods.ptd import PTD
 from noisylabels.methods.reweight import Reweight
+from noisylabels.methods.sce import SCE
 from noisylabels.methods.selection import SmallLossMethod, TwoNetworkMethod
 from noisylabels.methods.sop import SOP
 from noisylabels.methods.transition import TransitionMethod
@@ -45,6 +49,7 @@ from noisylabels.methods.trevision import TRevision
 from noisylabels.methods.volminnet import VolMinNet
 
 __all__ = [
+    "APL",
     "Backward",
     "CDR",
     "CE",
@@ -55,8 +60,10 @@ __all__ = [
     "DivideMix",
     "ELR",
     "EpochStatistics",
+    "FDivergence",
     "Forward",
     "GCE",
+    "GLS",
     "JoCoR",
     "MentorNet",
     "Mixup",
@@ -66,6 +73,7 @@ __all__ = [
     "PTD",
     "Peer",
     "Reweight",
+    "SCE",
     "SmallLossMethod",
     "SOP",
     "SpeedOptions",

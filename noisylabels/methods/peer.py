@@ -75,6 +75,35 @@ def alpha_schedule(segments: Sequence[Sequence[float]], epoch: int) -> float:
     return values[min(max(epoch, 0), len(values) - 1)]
 
 
+def draw_random_peers(
+    method: NoisyLabelMethod, logits: Tensor, labels: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Peer outputs (with gradient) and peer labels of this process's samples: rows of two
+    independent random permutations of the (global, under DDP with ``method``'s global variance
+    scope) batch. The draw depends on the run's seed, ``method``'s step and the global batch's
+    size, not on how it is split over processes (Peer loss, f-divergence)."""
+    size, rank = world() if method.variance_scope == "global" else (1, 0)
+    n = len(labels)
+    facts = method.data_facts()
+    capacity = n if facts is None or facts.batch_size is None else int(facts.batch_size)
+    capacity = max(capacity, n)
+    if size > 1:
+        all_logits = gather_rows_with_grad(logits, capacity)
+        all_labels, valid = gather_batch(labels.float()[None], capacity)
+        all_labels = all_labels[0].long()
+    else:
+        all_logits = torch.cat([logits, logits.new_zeros(capacity - n, logits.shape[1])])
+        all_labels = torch.cat([labels, labels.new_zeros(capacity - n)])
+        valid = torch.arange(capacity, device=labels.device) < n
+    seed = (torch.initial_seed() * 1_000_003 + method.global_step) % 2**63
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.rand(2, len(valid), generator=gen).to(valid.device)
+    keys = torch.where(valid, keys, torch.inf)  # padding sorts last
+    first, second = keys.argsort(dim=1)  # random permutations of the valid positions
+    own = torch.arange(n, device=labels.device) * size + rank
+    return all_logits[first[own]], all_labels[second[own]]
+
+
 class Peer(NoisyLabelMethod):
     """Peer loss: the sample's CE minus ``α_peer`` times a random peer's (Liu & Guo 2020).
 
@@ -135,33 +164,10 @@ class Peer(NoisyLabelMethod):
 
     # ---------------------------------------------------------------- the peers
     def draw_peers(self, logits: Tensor, labels: Tensor) -> dict[str, Tensor]:
-        """Peer outputs (with gradient) and peer labels of this process's samples: two
-        independent random permutations of the (global, under DDP with the global variance
-        scope) batch. The draw depends on the run's seed, the step and the global batch's size,
-        not on how it is split over processes."""
-        size, rank = world() if self.variance_scope == "global" else (1, 0)
-        n = len(labels)
-        facts = self.data_facts()
-        capacity = n if facts is None or facts.batch_size is None else int(facts.batch_size)
-        capacity = max(capacity, n)
-        if size > 1:
-            all_logits = gather_rows_with_grad(logits, capacity)
-            all_labels, valid = gather_batch(labels.float()[None], capacity)
-            all_labels = all_labels[0].long()
-        else:
-            all_logits = torch.cat([logits, logits.new_zeros(capacity - n, logits.shape[1])])
-            all_labels = torch.cat([labels, labels.new_zeros(capacity - n)])
-            valid = torch.arange(capacity, device=labels.device) < n
-        seed = (torch.initial_seed() * 1_000_003 + self.global_step) % 2**63
-        gen = torch.Generator().manual_seed(seed)
-        keys = torch.rand(2, len(valid), generator=gen).to(valid.device)
-        keys = torch.where(valid, keys, torch.inf)  # padding sorts last
-        first, second = keys.argsort(dim=1)  # random permutations of the valid positions
-        own = torch.arange(n, device=labels.device) * size + rank
-        return {
-            "peer_logits": all_logits[first[own]],
-            "peer_label": all_labels[second[own]],
-        }
+        """Peer outputs (with gradient) and peer labels of this process's samples
+        (:func:`draw_random_peers`)."""
+        peer_logits, peer_labels = draw_random_peers(self, logits, labels)
+        return {"peer_logits": peer_logits, "peer_label": peer_labels}
 
     # ---------------------------------------------------------------- the loss
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:

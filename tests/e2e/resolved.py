@@ -165,7 +165,11 @@ class Resolver:
 
 
 # the method group a protocol is resolved after (CE's where not named): one it is written for
-PROTOCOL_METHODS = {"true_t.yaml": "forward.yaml", "cifar100_estimate.yaml": "forward.yaml"}
+PROTOCOL_METHODS = {
+    "true_t.yaml": "forward.yaml",
+    "cifar100_estimate.yaml": "forward.yaml",
+    "gls_warmup.yaml": "gls.yaml",
+}
 
 
 def shipped_configs() -> dict[str, list[Path]]:

@@ -5,8 +5,8 @@ u and v), its results and every sample's record.
 
 Each case is three epochs on the digits: one warm-up epoch (T estimated after it where a method
 corrects with one), then two of the method's own, killed (SIGKILL, in a process of its own)
-before the second batch of the last epoch. The methods with per-sample state and Peer loss run by
-default, every method under ``slow``.
+before the second batch of the last epoch. The methods with per-sample state, Peer loss and the
+f-divergence run by default, every method under ``slow``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from noisylabels.methods import registry
 
 from conftest import CONFIGS
 
-DEFAULT_CASES = {"ELR", "SOP", "CORES", "DivideMix", "Peer"}
-"""The methods whose own state is per sample, and Peer loss, whose peers are drawn from the seed
-and the step (run without ``-m slow``)."""
+DEFAULT_CASES = {"ELR", "SOP", "CORES", "DivideMix", "Peer", "FDivergence"}
+"""The methods whose own state is per sample, and Peer loss and the f-divergence, whose peers are
+drawn from the seed and the step (run without ``-m slow``)."""
 
 
 def _cases() -> list:

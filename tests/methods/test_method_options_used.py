@@ -62,6 +62,9 @@ REFUSED = [
     ("DivideMix", {"confidence_penalty": True}, "confidence_penalty", {}),
     ("DivideMix", {"lambda_u": 0.0, "lambda_u_ramp_epochs": 3}, "lambda_u_ramp_epochs",
      {"lambda_u": 0.0}),
+    ("GLS", {"warmup_lr": 0.05}, "warmup_lr", {}),
+    ("FDivergence", {"warmup_lr": 0.05}, "warmup_lr", {}),
+    ("APL", {"focal_gamma": 1.0}, "focal_gamma", {}),
 ]  # fmt: skip
 # accepted, and claimed to change the run: (method, options, the reference run's options)
 ACCEPTED = [
@@ -78,6 +81,9 @@ ACCEPTED = [
     ("Forward", {"transition": True, "transition_bias": 0.2, "bias_seed": 3},
      {"transition": True, "transition_bias": 0.2}),
     ("DivideMix", {"lambda_u_ramp_epochs": 2}, {}),
+    ("GLS", {"smooth_rate": -0.5}, {}),
+    ("FDivergence", {"divergence": "kl"}, {}),
+    ("APL", {"losses": "nfl_rce", "focal_gamma": 1.0}, {"losses": "nfl_rce"}),
 ]  # fmt: skip
 # under a warm-up (T estimated from it)
 WARMUP_CASES = [("Forward", {"transition": "estimate", "outlier_quantile": 0.9},

@@ -20,11 +20,15 @@ from torch import Tensor
 from noisylabels.callbacks import DivergenceGuard
 from noisylabels.data import DigitsDataModule
 from noisylabels.methods import (
+    APL,
     CDR,
     CE,
     GCE,
+    GLS,
+    SCE,
     Backward,
     CoTeaching,
+    FDivergence,
     Forward,
     Mixup,
     NoisyLabelMethod,
@@ -97,6 +101,10 @@ METHODS = {
     "Peer": (Peer, {"peer_alpha": 0.5}),
     "CDR": (CDR, {"clip_rate": 0.5}),
     "Mixup": (Mixup, {"mixup_alpha": 1.0}),  # the mixed batch and its keys
+    "SCE": (SCE, {"ce_weight": 0.1, "rce_weight": 1.0}),  # the reverse CE's clamps
+    "APL-NFL": (APL, {"losses": "nfl_rce"}),  # the focal factors detached
+    "GLS-NLS": (GLS, {"smooth_rate": -0.5}),  # a negative smoothing rate
+    "FDivergence-JS": (FDivergence, {"divergence": "jensen_shannon"}),  # peers from the step
 }
 
 

@@ -6,6 +6,8 @@ posterior of a clean posterior ``p`` (a row vector) is ``q = p @ T``.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -42,3 +44,26 @@ def importance_weights(probs: Tensor, noisy_probs: Tensor, labels: Tensor) -> Te
     p_y = probs.float().gather(1, idx).squeeze(1)
     q_y = noisy_probs.float().gather(1, idx).squeeze(1)
     return p_y / q_y.clamp_min(EPS)
+
+
+RCE_PROB_FLOOR = 1e-7
+"""The floor of the predicted probabilities in the reverse cross-entropy (Wang et al. 2019's
+reference clamps ``p`` to ``[1e-7, 1]``)."""
+RCE_LOG_ZERO = math.log(1e-4)
+"""``A``, the value the reverse cross-entropy takes for ``log 0`` (its reference clamps the
+one-hot label to ``[1e-4, 1]``, so ``A = log 1e-4 ≈ -9.21``)."""
+
+
+def reverse_cross_entropy(
+    logits: Tensor,
+    labels: Tensor,
+    log_zero: float = RCE_LOG_ZERO,
+    prob_floor: float = RCE_PROB_FLOOR,
+) -> Tensor:
+    """Reverse cross-entropy ``-Σ_k p_k log q_k`` per sample, in float32, shape ``(B,)``: ``p``
+    the softmax of ``logits`` floored at ``prob_floor``, ``q`` the one-hot label with ``log 0``
+    taken as ``log_zero`` (``log 1 = 0``), so ``-log_zero · Σ_{k≠y} max(p_k, prob_floor)``, in
+    ``[-log_zero (1 - p_y), -log_zero (1 - p_y + (K - 1) prob_floor)]``."""
+    probs = F.softmax(logits.float(), dim=1).clamp(min=prob_floor, max=1.0)
+    others = probs.masked_fill(F.one_hot(labels, probs.shape[1]).bool(), 0.0).sum(dim=1)
+    return -log_zero * others
