@@ -48,10 +48,10 @@ PAIR_PROTOCOLS: dict[str, tuple[str, ...]] = {
     **{f"cifar{n}_sop": ("sop_cifar",) for n in ("10", "100")},
     "cifar10_dividemix": ("dividemix_cifar",),
     "cifar10_elr": ("elr_cifar10",),
-    **{f"mnist_{m}": ("vrnl_sgd",) for m in ("gce", "mixup", "sce", "gls")},
+    **{f"mnist_{m}": ("vrnl_sgd",) for m in ("gce", "mixup", "sce", "gls", "cal")},
     **{
         f"clothing1m_{m}": ("vrnl_sgd",)
-        for m in ("cores", "decoupling", "gce", "mixup", "trevision", "sce", "apl", "gls")
+        for m in ("cores", "decoupling", "gce", "mixup", "trevision", "sce", "apl", "gls", "cal")
     },
 }  # fmt: skip
 """The protocols (``configs/protocol/``) a pair without a preset composes after its groups, as

@@ -10,6 +10,7 @@ its modules), which is what ``noisylabels fit --model.help`` prints and the test
 
 from noisylabels.methods.apl import APL
 from noisylabels.methods.backward import Backward
+from noisylabels.methods.cal import CAL
 from noisylabels.methods.cdr import CDR
 from noisylabels.methods.ce import CE
 from noisylabels.methods.core import (
@@ -51,6 +52,7 @@ from noisylabels.methods.volminnet import VolMinNet
 __all__ = [
     "APL",
     "Backward",
+    "CAL",
     "CDR",
     "CE",
     "CORES",

@@ -1,7 +1,7 @@
 """Every method of the registry, with VRNL, killed in the middle of its own stage and resumed with
 ``--ckpt_path last``, ends bit for bit as the run that was never interrupted: its weights and
 every other entry of its state dict (a method's per-sample state included: ELR's targets, SOP's
-u and v), its results and every sample's record.
+u and v, CAL's D̂), its results and every sample's record.
 
 Each case is three epochs on the digits: one warm-up epoch (T estimated after it where a method
 corrects with one), then two of the method's own, killed (SIGKILL, in a process of its own)
@@ -22,9 +22,9 @@ from noisylabels.methods import registry
 
 from conftest import CONFIGS
 
-DEFAULT_CASES = {"ELR", "SOP", "CORES", "DivideMix", "Peer", "FDivergence"}
-"""The methods whose own state is per sample, and Peer loss and the f-divergence, whose peers are
-drawn from the seed and the step (run without ``-m slow``)."""
+DEFAULT_CASES = {"ELR", "SOP", "CORES", "DivideMix", "Peer", "FDivergence", "CAL"}
+"""The methods whose own state is per sample (CAL: its D̂ and ℓ̄), and Peer loss and the
+f-divergence, whose peers are drawn from the seed and the step (run without ``-m slow``)."""
 
 
 def _cases() -> list:

@@ -1,8 +1,9 @@
 """The per-sample state of ELR (its targets), SOP (u and v), CORES² (the class prior its
-sieve revises) and DivideMix (its division: each network's clean probability of every sample)
-under DDP is the state of one process with the global batch: each process updates its own
-samples, and the table, the parameters' gradients, the sieve's counts or the pass's losses are
-combined over the processes. And CORES²'s prior, with its sieve at work, is restored exactly on
+sieve revises), DivideMix (its division: each network's clean probability of every sample) and
+CAL (D̂, its T̂ and prior, and the class means ℓ̄ of the losses) under DDP is the state of one
+process with the global batch: each process updates its own samples, and the table, the
+parameters' gradients, the sieve's counts, the pass's losses or the sums behind ℓ̄ are combined
+over the processes. And CORES²'s prior, with its sieve at work, is restored exactly on
 resume.
 
 The registry-driven tests (test_ddp_methods, test_resume_methods) compare results and, on
@@ -41,7 +42,10 @@ CASES = {  # method: (its options, the state compared)
     "DivideMix": (["--data.views", "2"], ("dividemix_clean_prob",)),
     "ELR": ([], ("elr_targets",)),
     "SOP": ([], ("u", "v")),
-}
+    # D̂ from the warm-up model, and ℓ̄ of sums over the processes' samples, β rising over 2
+    "CAL": (["--model.beta_start", "0", "--model.beta_ramp_epochs", "2"],
+            ("distilled_labels", "T", "distilled_prior", "loss_means")),
+}  # fmt: skip
 
 
 def ddp_args(name: str, alpha: float = 0.05) -> list[str]:

@@ -65,6 +65,13 @@ REFUSED = [
     ("GLS", {"warmup_lr": 0.05}, "warmup_lr", {}),
     ("FDivergence", {"warmup_lr": 0.05}, "warmup_lr", {}),
     ("APL", {"focal_gamma": 1.0}, "focal_gamma", {}),
+    ("CAL", {"beta_start": 3}, "beta_start", {}),
+    ("CAL", {"beta": 0.0, "warmup_beta": 0.0, "scale_lr": False}, "scale_lr",
+     {"beta": 0.0, "warmup_beta": 0.0}),
+    ("CAL", {"beta": 0.0, "warmup_beta": 0.0, "prior_scale": 10.0}, "prior_scale",
+     {"beta": 0.0, "warmup_beta": 0.0}),
+    ("CAL", {"warmup_beta": 0.0, "beta_start": 0, "warmup_prior": "noisy"}, "warmup_prior",
+     {"warmup_beta": 0.0, "beta_start": 0}),
 ]  # fmt: skip
 # accepted, and claimed to change the run: (method, options, the reference run's options)
 ACCEPTED = [
@@ -84,15 +91,22 @@ ACCEPTED = [
     ("GLS", {"smooth_rate": -0.5}, {}),
     ("FDivergence", {"divergence": "kl"}, {}),
     ("APL", {"losses": "nfl_rce", "focal_gamma": 1.0}, {"losses": "nfl_rce"}),
+    ("CAL", {"beta_start": 0, "beta_ramp_epochs": 2}, {"beta_start": 0}),
+    ("CAL", {"beta_start": 0, "beta_ramp_epochs": 0, "warmup_prior": "noisy"},
+     {"beta_start": 0, "beta_ramp_epochs": 0}),
+    ("CAL", {"sieve_threshold": 0.0}, {}),
 ]  # fmt: skip
 # under a warm-up (T estimated from it)
 WARMUP_CASES = [("Forward", {"transition": "estimate", "outlier_quantile": 0.9},
                  {"transition": "estimate"})]  # fmt: skip
+WARMUP_METHODS = {"CAL"}
+"""Methods that estimate from a warm-up whatever their options (CAL: its D̂)."""
 
 
-def _schedule(options: dict[str, Any]) -> dict[str, Any]:
-    """A warm-up where T is estimated from it; else the method's stage alone."""
-    return WARM if options.get("transition") == "estimate" else SCHEDULE
+def _schedule(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A warm-up where the method estimates from it; else the method's stage alone."""
+    estimates = options.get("transition") == "estimate" or name in WARMUP_METHODS
+    return WARM if estimates else SCHEDULE
 
 
 def _method(name: str, options: dict[str, Any]) -> NoisyLabelMethod:
@@ -103,7 +117,7 @@ def _method(name: str, options: dict[str, Any]) -> NoisyLabelMethod:
         network={"backbone": "mlp"},
         num_classes=10,
         input_shape=(1, 8, 8),
-        schedule=StageSchedule(**_schedule(options)),
+        schedule=StageSchedule(**_schedule(name, options)),
         **options,
     )
 
@@ -180,7 +194,7 @@ def _networks_after(
     args = [f"--model.{k}={_cli(v)}" for k, v in options.items()]
     if cls.__name__ in ("Forward", "Reweight") and "transition" not in options:
         args.append("--model.transition=true")
-    schedule = _schedule(options)
+    schedule = _schedule(name, options)
     args += [f"--model.schedule.{k}={_cli(v)}" for k, v in schedule.items()]
     epochs = int(schedule.get("warmup_epochs", 0)) + int(schedule["main_epochs"])
     if cls.views_needed > 1:

@@ -21,6 +21,7 @@ from noisylabels.callbacks import DivergenceGuard
 from noisylabels.data import DigitsDataModule
 from noisylabels.methods import (
     APL,
+    CAL,
     CDR,
     CE,
     GCE,
@@ -73,9 +74,12 @@ def _batch(n: int = 32, seed: int = 1) -> dict[str, Tensor]:
     }
 
 
-def _main_stage(model: NoisyLabelMethod, T: Tensor | None = None) -> None:
-    """Put ``model`` in its own stage after an estimate, as a resumed checkpoint would."""
-    state = {**model.state_dict(), "main_started": torch.tensor(True)}
+def _main_stage(
+    model: NoisyLabelMethod, T: Tensor | None = None, extra: dict[str, Tensor] | None = None
+) -> None:
+    """Put ``model`` in its own stage after an estimate, as a resumed checkpoint would (with
+    ``extra``: what else such a checkpoint holds)."""
+    state = {**model.state_dict(), "main_started": torch.tensor(True), **(extra or {})}
     if T is not None:
         state["T"] = T
     model.load_state_dict(state)
@@ -105,6 +109,14 @@ METHODS = {
     "APL-NFL": (APL, {"losses": "nfl_rce"}),  # the focal factors detached
     "GLS-NLS": (GLS, {"smooth_rate": -0.5}),  # a negative smoothing rate
     "FDivergence-JS": (FDivergence, {"divergence": "jensen_shannon"}),  # peers from the step
+    "CAL": (CAL, {"schedule": {"warmup_epochs": 1}}),  # the CORES² warm-up, then D̂'s term
+}
+MAIN_STATES = {  # what a checkpoint of a method's own stage holds beyond T: CAL's D̂ and ℓ̄
+    "CAL": {
+        "distilled_labels": torch.arange(32) % 10,
+        "distilled_prior": torch.full((10,), 0.1),
+        "loss_means": torch.rand(10, 10, generator=torch.Generator().manual_seed(0)) * 3,
+    },
 }
 
 
@@ -129,7 +141,7 @@ def test_compiled_step_equals_eager_step(name: str, backend: str) -> None:
     for stage in stages:
         if stage == "main" and compiled.has_warmup_stage:
             for model in (eager, compiled):
-                _main_stage(model, DIGITS_T * 0.9 + 0.01)
+                _main_stage(model, DIGITS_T * 0.9 + 0.01, MAIN_STATES.get(name))
         for n in (7, 32) if backend == "inductor" else (32,):  # also a smaller last batch
             batch = _batch(n, seed=n)
             loss_e, grads_e = _loss_and_grads(eager, batch)

@@ -91,6 +91,7 @@ def test_a_method_s_validation_loss_keeps_its_definition_or_it_says_so(
 CHANGING = {
     "CoTeachingPlus": ["--model.init_epochs", "1", "--model.loss", "softmax_ce"],
     "CORES": ["--model.beta_start", "0", "--model.beta_ramp_epochs", "3"],
+    "CAL": ["--model.beta_start", "0", "--model.beta_ramp_epochs", "3"],
     "Peer": ["--model.peer_alpha_segments", "[[1, 0.1, 0.1], [2, 0.5, 0.9]]"],
 }
 
