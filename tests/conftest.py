@@ -230,7 +230,7 @@ def make_trainer(tmp_path: Path) -> Callable[..., Any]:
     return lambda **options: tiny_trainer(**{"default_root_dir": tmp_path, **options})
 
 
-REAL_BACKBONES = ("resnet18", "resnet32", "resnet34", "resnet50")
+REAL_BACKBONES = ("resnet18", "resnet32", "resnet34", "resnet50", "vgg19_bn")
 
 
 @pytest.fixture()
@@ -323,6 +323,24 @@ def read_results(root: Path) -> dict[str, Any]:
     found = sorted(root.rglob("results.json"))
     assert len(found) == 1, f"expected one results.json under {root}, found {found}"
     return json.loads(found[0].read_text())
+
+
+def fit_error(args: list[str], root: Path, capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    """Run ``noisylabels fit ARGS`` as the command does (``noisylabels.cli.main``) into
+    ``root``, expecting it to fail: its exit status and its one ``noisylabels: error:``
+    paragraph (no traceback), after checking that it trained nothing (no checkpoint, no
+    ``results.json``)."""
+    from noisylabels.cli import main
+
+    argv = ["fit", *args, "--trainer.default_root_dir", str(root)]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--trainer.enable_progress_bar", "false"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err[-2000:]
+    lines = [line for line in err.splitlines() if line.startswith("noisylabels: error: ")]
+    assert len(lines) == 1, err[-2000:]
+    assert not list(root.rglob("*.ckpt")) and not list(root.rglob("results.json"))
+    return int(exit_info.value.code), lines[0]
 
 
 CLASSES = ("emu", "cat", "dog")  # written unsorted: class k is the k-th *sorted* name

@@ -24,10 +24,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from noisylabels.data.files import is_safe_key, key_array
+from noisylabels.data.files import key_array, read_key_list
+from noisylabels.data.files import read_label_kv as _read_label_kv
 from noisylabels.data.image_files import ImageFileDataModule
 from noisylabels.data.loaded import LoadedData
-from noisylabels.errors import InputError, MissingFileError, warn
+from noisylabels.errors import InputError, MissingFileError
 
 NUM_CLASSES = 14
 ANNOTATION_FILES: tuple[str, ...] = (
@@ -42,69 +43,10 @@ ANNOTATION_FILES: tuple[str, ...] = (
 PROTOCOLS = ("noisy_val", "clean_val")
 
 
-def _warn_rejected(path: Path, rejected: list[tuple[int, str]]) -> None:
-    if not rejected:
-        return
-    shown = ", ".join(f"line {n}: {k!r}" for n, k in rejected[:3])
-    more = f" and {len(rejected) - 3} more" if len(rejected) > 3 else ""
-    warn(
-        f"{path}: ignored {len(rejected)} key(s) that point outside the dataset root "
-        f"(absolute paths or '..'): {shown}{more}",
-        every_process=True,
-    )
-
-
-def read_key_list(path: Path) -> list[str]:
-    """Keys of a ``*_key_list.txt`` file (one image path per line), unsafe keys dropped."""
-    keys: list[str] = []
-    rejected: list[tuple[int, str]] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            key = line.strip()
-            if not key:
-                continue
-            if is_safe_key(key):
-                keys.append(key)
-            else:
-                rejected.append((lineno, key))
-    _warn_rejected(path, rejected)
-    return keys
-
-
 def read_label_kv(path: Path, num_classes: int = NUM_CLASSES) -> dict[str, int]:
-    """``key -> label`` of a ``*_label_kv.txt`` file (lines ``images/0/00/x.jpg 3``).
-
-    Raises :class:`~noisylabels.errors.InputError` (a ``ValueError``) naming the line for a
-    malformed line or a label outside ``0..num_classes-1``; keys that point outside the root are
-    dropped with a warning.
-    """
-    labels: dict[str, int] = {}
-    rejected: list[tuple[int, str]] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            text = line.strip()
-            if not text:
-                continue
-            parts = text.rsplit(maxsplit=1)
-            if len(parts) != 2:
-                raise InputError(f"{path}, line {lineno}: expected 'KEY LABEL', got {text!r}")
-            key, value = parts
-            try:
-                label = int(value)
-            except ValueError:
-                raise InputError(
-                    f"{path}, line {lineno}: label {value!r} is not an integer"
-                ) from None
-            if not 0 <= label < num_classes:
-                raise InputError(
-                    f"{path}, line {lineno}: label {label} is outside 0-{num_classes - 1}"
-                )
-            if not is_safe_key(key):
-                rejected.append((lineno, key))
-                continue
-            labels[key] = label
-    _warn_rejected(path, rejected)
-    return labels
+    """``key -> label`` of a ``*_label_kv.txt`` file (lines ``images/0/00/x.jpg 3``); see
+    :func:`noisylabels.data.files.read_label_kv`."""
+    return _read_label_kv(path, num_classes)
 
 
 def _labels_for(keys: list[str], table: dict[str, int], keys_file: Path, kv_file: Path) -> Tensor:

@@ -48,6 +48,75 @@ def key_array(keys: list[str]) -> np.ndarray:
     return np.array([k.encode("utf-8") for k in keys], dtype=np.bytes_)
 
 
+def warn_rejected_keys(path: Path, rejected: list[tuple[int, str]]) -> None:
+    """Warn once about the keys of list file ``path`` that were dropped because they point
+    outside the dataset root (``rejected``: ``(line number, key)``)."""
+    if not rejected:
+        return
+    shown = ", ".join(f"line {n}: {k!r}" for n, k in rejected[:3])
+    more = f" and {len(rejected) - 3} more" if len(rejected) > 3 else ""
+    warn(
+        f"{path}: ignored {len(rejected)} key(s) that point outside the dataset root "
+        f"(absolute paths or '..'): {shown}{more}",
+        every_process=True,
+    )
+
+
+def read_key_list(path: Path) -> list[str]:
+    """Keys of a list file (one image path per line, relative to the dataset root), in order;
+    blank lines skipped, unsafe keys (:func:`is_safe_key`) dropped with a warning."""
+    keys: list[str] = []
+    rejected: list[tuple[int, str]] = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            key = line.strip()
+            if not key:
+                continue
+            if is_safe_key(key):
+                keys.append(key)
+            else:
+                rejected.append((lineno, key))
+    warn_rejected_keys(path, rejected)
+    return keys
+
+
+def read_label_kv(path: Path, num_classes: int) -> dict[str, int]:
+    """``key -> label`` of a list file of ``KEY LABEL`` lines (Clothing1M's ``*_label_kv.txt``,
+    WebVision's ``*_filelist*.txt``), in the file's order.
+
+    Raises :class:`~noisylabels.errors.InputError` (a ``ValueError``) naming the line for a
+    malformed line or a label outside ``0..num_classes-1``; keys that point outside the root are
+    dropped with a warning.
+    """
+    labels: dict[str, int] = {}
+    rejected: list[tuple[int, str]] = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            text = line.strip()
+            if not text:
+                continue
+            parts = text.rsplit(maxsplit=1)
+            if len(parts) != 2:
+                raise InputError(f"{path}, line {lineno}: expected 'KEY LABEL', got {text!r}")
+            key, value = parts
+            try:
+                label = int(value)
+            except ValueError:
+                raise InputError(
+                    f"{path}, line {lineno}: label {value!r} is not an integer"
+                ) from None
+            if not 0 <= label < num_classes:
+                raise InputError(
+                    f"{path}, line {lineno}: label {label} is outside 0-{num_classes - 1}"
+                )
+            if not is_safe_key(key):
+                rejected.append((lineno, key))
+                continue
+            labels[key] = label
+    warn_rejected_keys(path, rejected)
+    return labels
+
+
 def load_image(
     path: Path, image_size: int, resize_size: int, train: bool, views: int = 1
 ) -> Tensor:

@@ -13,6 +13,7 @@ from noisylabels.models.lenet import LeNet5
 from noisylabels.models.mlp import MLP
 from noisylabels.models.resnet_cifar import CifarResNet, resnet18, resnet32, resnet34
 from noisylabels.models.resnet_imagenet import resnet50
+from noisylabels.models.vgg import vgg19_bn
 
 BackboneFactory = Callable[..., nn.Module]
 
@@ -39,6 +40,15 @@ def _resnet50(num_classes: int, input_shape: tuple[int, int, int], **kwargs: Any
     return resnet50(num_classes=num_classes, **kwargs)
 
 
+def _vgg19_bn(num_classes: int, input_shape: tuple[int, int, int], **kwargs: Any) -> nn.Module:
+    if input_shape[0] != 3 or min(input_shape[1:]) < 32:
+        raise InputError(
+            f"vgg19_bn expects 3 input channels and images of at least 32 px (five 2x2 "
+            f"max-pools), got input_shape={input_shape}"
+        )
+    return vgg19_bn(num_classes=num_classes, **kwargs)
+
+
 BACKBONES: dict[str, BackboneFactory] = {
     "lenet5": _lenet5,
     "mlp": _mlp,
@@ -46,6 +56,7 @@ BACKBONES: dict[str, BackboneFactory] = {
     "resnet32": _conv(resnet32),
     "resnet34": _conv(resnet34),
     "resnet50": _resnet50,
+    "vgg19_bn": _vgg19_bn,
 }
 """Registry: name -> ``factory(num_classes, input_shape, **kwargs)``."""
 
@@ -87,4 +98,5 @@ __all__ = [
     "resnet32",
     "resnet34",
     "resnet50",
+    "vgg19_bn",
 ]

@@ -143,12 +143,16 @@ def _check_order(path: Path, obj: Any, clean: Tensor | None) -> None:
     known = clean >= 0
     if len(shipped) != len(clean):
         return  # the length check of the selected labels reports this
-    differ = int((shipped[known] != clean[known]).sum())
+    mismatch = known & (shipped != clean)
+    differ = int(mismatch.sum())
     if differ:
+        first = int(torch.nonzero(mismatch)[0])
         raise InputError(
             f"{path}: its clean_label entry disagrees with the training set's labels at "
-            f"{differ} of {int(known.sum())} positions, so its labels are not in this training "
-            "set's order (or belong to another dataset); use the file made for this dataset"
+            f"{differ} of {int(known.sum())} positions, the first at index {first} (the file "
+            f"says {int(shipped[first])}, the training set {int(clean[first])}), so its labels "
+            "are not in this training set's order (or belong to another dataset); use the file "
+            "made for this dataset"
         )
 
 

@@ -52,6 +52,8 @@ DATASETS = {
     "mnist": "MNIST",
     "cifar10": "CIFAR-10",
     "cifar100": "CIFAR-100",
+    "cifar10n": "CIFAR-10N",
+    "cifar100n": "CIFAR-100N",
     "clothing1m": "Clothing1M",
 }
 NOISE_KINDS = {
@@ -77,6 +79,8 @@ def noise_label(noise: Mapping[str, Any] | None) -> str:
     if not noise:
         return "n/a"
     kind = str(noise.get("type"))
+    if kind == "real" and noise.get("label_set"):
+        return str(noise["label_set"])
     if kind == "file":
         return f"file:{noise.get('key') or Path(str(noise.get('file', ''))).name}"
     label = NOISE_KINDS.get(kind, kind)

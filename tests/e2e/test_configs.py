@@ -79,7 +79,8 @@ def test_presets_compose_their_data_and_method_group(resolver) -> None:
     most protocol files, and holds settings of its own, few, and not the folder the code derives
     (``runs/<dataset>_<method>``): a pair that would hold nothing else is composed from its
     groups instead."""
-    assert {p.stem.partition("_")[0] for p in PRESETS} == set(DATASETS)
+    # the paper's datasets, and the real-noise ones with a preset of their field's protocol
+    assert set(DATASETS) <= {p.stem.partition("_")[0] for p in PRESETS}
     for preset in PRESETS:
         dataset, _, method = preset.stem.partition("_")
         content = yaml.safe_load(preset.read_text())

@@ -59,7 +59,9 @@ def test_mlp_digits() -> None:
 
 
 def test_build_backbone_registry() -> None:
-    assert set(BACKBONES) == {"lenet5", "mlp", "resnet18", "resnet32", "resnet34", "resnet50"}
+    assert set(BACKBONES) == {
+        "lenet5", "mlp", "resnet18", "resnet32", "resnet34", "resnet50", "vgg19_bn"
+    }  # fmt: skip
     lenet = build_backbone("lenet5", num_classes=7, input_shape=(1, 28, 28))
     assert lenet(torch.randn(2, 1, 28, 28)).shape == (2, 7)
     r32 = build_backbone("resnet32", num_classes=100, input_shape=(3, 32, 32))
@@ -73,6 +75,21 @@ def test_build_backbone_unknown_name() -> None:
     assert "vgg16" in msg
     for name in BACKBONES:
         assert name in msg
+
+
+def test_vgg19_bn_on_animal10n_images() -> None:
+    """torchvision's VGG-19-BN (ANIMAL-10N's network): 16 convolutions with batch norm, 64 px
+    images pooled to 7x7 for the 4096-4096 head, a fresh 10-way output; too small an input or
+    one channel is refused."""
+    model = build_backbone("vgg19_bn", num_classes=10, input_shape=(3, 64, 64)).eval()
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert len(convs) == len(norms) == 16 and model.classifier[-1].out_features == 10
+    with torch.no_grad():
+        assert model(torch.randn(2, 3, 64, 64)).shape == (2, 10)
+    for shape in ((1, 64, 64), (3, 16, 16)):
+        with pytest.raises(ValueError, match="vgg19_bn expects 3 input channels"):
+            build_backbone("vgg19_bn", num_classes=10, input_shape=shape)
 
 
 def test_resnet50_from_scratch() -> None:

@@ -207,6 +207,10 @@ def test_human_label_file_errors(tmp_path, cifar10_clean) -> None:
     shuffled = cifar10_clean.flip(0)
     with pytest.raises(InputError, match="clean_label entry disagrees"):
         read_label_file(path, n, 10, "worse_label", clean=shuffled)
+    one_off = cifar10_clean.clone()
+    one_off[5] = (one_off[5] + 1) % 10
+    with pytest.raises(InputError, match=r"at 1 of \d+ positions, the first at index 5 "):
+        read_label_file(path, n, 10, "worse_label", clean=one_off)
 
 
 def _fit_with_label_file(run_cli, pair: str, data_dir: Path, path: Path, key: str) -> Any:

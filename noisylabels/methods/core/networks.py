@@ -29,8 +29,8 @@ class NetworkOptions:
     """What each of a method's networks is (every network of a method is alike).
 
     Attributes:
-        backbone: ``lenet5``, ``mlp``, ``resnet18``, ``resnet32``, ``resnet34`` or ``resnet50``
-            (``noisylabels.models.BACKBONES``).
+        backbone: ``lenet5``, ``mlp``, ``resnet18``, ``resnet32``, ``resnet34``, ``resnet50``
+            or ``vgg19_bn`` (``noisylabels.models.BACKBONES``).
         pretrained: start from ImageNet weights (``resnet50`` only; from torchvision's local
             cache or ``weights_path``).
         weights_path: a state-dict file of pretrained backbone weights (implies ``pretrained``).
