@@ -45,7 +45,12 @@ from noisylabels.report.problems import (
 RESULTS_FILE = "results.json"
 RUN_FILE = "sweep_run.json"
 CONFIG_FILE = "config.yaml"
-METRICS = {"best": "test_acc", "last": "test_acc_last", "tail": "test_acc_tail_mean"}
+METRICS = {
+    "best": "test_acc",
+    "last": "test_acc_last",
+    "tail": "test_acc_tail_mean",
+    "best-test": "test_acc_max",
+}
 PAPER_FILE = Path(__file__).resolve().parent / "paper_results.csv"
 VRNL_SUFFIX = "-VRNL"
 DATASETS = {
@@ -74,8 +79,9 @@ def dataset_label(name: str) -> str:
 
 
 def noise_label(noise: Mapping[str, Any] | None) -> str:
-    """``{"type": "symmetric", "rate_nominal": 0.2}`` -> ``Sym-20%``; ``real`` for real noise,
-    ``file:<key>`` for label files."""
+    """``{"type": "symmetric", "rate_nominal": 0.2}`` -> ``Sym-20%``; ``real`` for real noise
+    (its label set where the dataset has several, CIFAR-N's ``worse``), ``file:<key>`` for
+    label files."""
     if not noise:
         return "n/a"
     kind = str(noise.get("type"))

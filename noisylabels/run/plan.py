@@ -99,6 +99,11 @@ class RunPlan:
         Also test the method's prediction and every further network on the clean test set at
         the end of each of the last N epochs (``--tail_test_epochs``; ``results.json``:
         ``test_acc_tail``, ``test_acc_tail_mean``).
+    test_every_epoch : bool, default False
+        Test every epoch as the tail test does (``--test_every_epoch``; ``results.json``:
+        ``test_acc_max``, the highest figure over the epochs, and ``test_acc_max_epoch``; its
+        epochs in ``test_acc_tail``): test-set selection, an optimistic figure, recorded only
+        where asked.
     checkpoint : mapping or None, default BEST_CHECKPOINT
         The options of the best checkpoint (a :class:`WarmupAwareCheckpoint`, never a warm-up
         epoch; ``--checkpoint.*``) that replaces Lightning's default checkpoint: by default the
@@ -117,6 +122,7 @@ class RunPlan:
     weights_only: bool | None = None
     test_after_fit: bool = True
     tail_test_epochs: int = 0
+    test_every_epoch: bool = False
     checkpoint: Mapping[str, Any] | None = field(default_factory=lambda: dict(BEST_CHECKPOINT))
     subset_statistics: bool = True
 
@@ -162,6 +168,7 @@ class RunPlan:
             weights_only=config.get("weights_only"),
             test_after_fit=bool(config.get("test_after_fit", True)),
             tail_test_epochs=int(config.get("tail_test_epochs") or 0),
+            test_every_epoch=bool(config.get("test_every_epoch", False)),
             checkpoint=checkpoint,
         )
 
@@ -177,11 +184,14 @@ class RunPlan:
         of its identity): how the best checkpoint is chosen, how many last epochs are tested."""
         best = trainer.checkpoint_callback
         monitor = getattr(best, "monitor", None)
-        return {
+        options = {
             "checkpoint.monitor": monitor,
             "checkpoint.mode": getattr(best, "mode", None) if monitor else None,
             "tail_test_epochs": int(self.tail_test_epochs),
         }
+        if self.test_every_epoch:  # only where set: the identity of the runs made before
+            options["test_every_epoch"] = True
+        return options
 
     # ---------------------------------------------------------------- the callbacks
     def attach(
@@ -208,7 +218,7 @@ class RunPlan:
         wanted: list[Callback] = [HealthMonitor()]
         if self.subset_statistics and isinstance(model, NoisyLabelMethod):
             wanted.append(SubsetStatistics())
-        wanted += run_callbacks(datamodule, self.tail_test_epochs)
+        wanted += run_callbacks(datamodule, self.tail_test_epochs, self.test_every_epoch)
         built = [c for c in wanted if not any(isinstance(g, type(c)) for g in given)]
         checkpoints = [c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)]
         # Lightning's default checkpoint (it monitors nothing) or one an earlier plan built
@@ -288,21 +298,32 @@ _OPTIONS = (
         "networks together, DivideMix; report --metric tail), as the references of "
         "Co-teaching, MentorNet and Decoupling report.",
     ),
+    (
+        "test_every_epoch",
+        bool,
+        "Also test on the clean test set at the end of every epoch (results.json: "
+        "test_acc_max, the highest accuracy over the epochs, and test_acc_max_epoch; report "
+        "--metric best-test), the CIFAR-N paper's reporting rule. The epoch is then chosen by "
+        "the test set itself, so the figure is optimistic; recorded only where asked.",
+    ),
 )
 
 
 def run_callbacks(
-    datamodule: L.LightningDataModule | None = None, tail_test_epochs: int = 0
+    datamodule: L.LightningDataModule | None = None,
+    tail_test_epochs: int = 0,
+    test_every_epoch: bool = False,
 ) -> list[Callback]:
     """The observers of every run: T̂ and ε_T, every training sample's record over the epochs
     (``sample_dynamics.pt``), the stop on a NaN/Inf loss, a line per epoch where there is no
     progress bar, and whatever the data module needs (e.g. a skipped-image report); with
     ``tail_test_epochs``, the clean test accuracy of every network over that many last epochs
-    (:class:`TailTest`). :meth:`RunPlan.attach` gives them to every run."""
+    (:class:`TailTest`), and with ``test_every_epoch`` of every epoch.
+    :meth:`RunPlan.attach` gives them to every run."""
     callbacks: list[Callback] = [TransitionMonitor(), SampleDynamics(), DivergenceGuard()]
     callbacks.append(EpochLog())
-    if tail_test_epochs:
-        callbacks.insert(1, TailTest(tail_test_epochs))
+    if tail_test_epochs or test_every_epoch:
+        callbacks.insert(1, TailTest(tail_test_epochs, every_epoch=test_every_epoch))
     if isinstance(datamodule, NoisyDataModule):
         callbacks.extend(datamodule.callbacks())
     return callbacks

@@ -93,6 +93,7 @@ def build_results(
         "test_acc_last": test_acc_last,
         "test_acc_tail_mean": None if tail is None else tail["mean"],
         "test_acc_tail": tail,
+        **_test_max(tail),
         "estimation_epoch": getattr(model, "estimation_epoch", None),
         "t_estimate": getattr(model, "estimate_details", None),
         "t_estimation_error": (
@@ -116,6 +117,18 @@ def total_wall_time(wall_time_s: float, resumed: Sequence[Mapping[str, Any]]) ->
     if not all(isinstance(s, int | float) for s in seconds):
         return None
     return wall_time_s + sum(seconds)
+
+
+def _test_max(tail: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``test_acc_max`` and ``test_acc_max_epoch`` of a tail test of every epoch (nothing for
+    a run that did not test every epoch: the keys are absent, as before the option)."""
+    if tail is None or "max" not in tail:
+        return {}
+    best = tail["max"]
+    return {
+        "test_acc_max": None if best is None else best["acc"],
+        "test_acc_max_epoch": None if best is None else best["epoch"],
+    }
 
 
 def tail_summary(trainer: L.Trainer) -> dict[str, Any] | None:

@@ -46,9 +46,10 @@ MOVED: dict[str, str] = {
 """Every method option that moved into a group: old name -> new name (flat, dotted)."""
 NEW = ("model.schedule.main_epochs", "model.schedule.cosine_period", "model.schedule.min_lr")
 """Options that did not exist before the move (their effect is checked through the epochs)."""
-ADDED_DEFAULTS = {"data.views": 1, **ADDED_SINCE}
+ADDED_DEFAULTS = {"data.views": 1, "test_every_epoch": False, **ADDED_SINCE}
 """Options of every run added after the record was made, at the value that is the run of before
-(one augmented view; VRNL's paper form): a run's record leaves them out at that value."""
+(one augmented view; no test of every epoch; VRNL's paper form): a run's record leaves them out
+at that value."""
 # not what a run computes: where it logs and what the terminal shows
 SKIPPED = (
     "config",
