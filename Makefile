@@ -36,7 +36,7 @@ demo: $(STAMP)
 # two worker processes of one thread each: the tests' networks are tiny, so one thread per
 # process is faster than two, and two processes use both cores of a small machine
 test: $(STAMP)
-	@echo "make test: the fast suite, about 1,500 tests: 3 to 4 minutes on 2 idle cores, 12 beside two training"
+	@echo "make test: the fast suite, about 1,800 tests: 3 to 4 minutes on 2 idle cores, 12 beside two training"
 	@echo "runs. Its 2 worker processes first import torch and Lightning and collect the tests, then print a dot per test."
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not slow" -q -n 2 --dist worksteal
 
