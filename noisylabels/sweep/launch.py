@@ -33,7 +33,7 @@ from noisylabels.disk.lock import RunLock, read_object
 from noisylabels.disk.storage import storage_error
 from noisylabels.errors import InputError, NoisyLabelsError
 from noisylabels.sweep.grid import RESULTS_FILE, Run, Sweep, display_path
-from noisylabels.sweep.records import write_run_file
+from noisylabels.sweep.records import finished_as_planned, write_run_file
 
 LOG_FILE = "fit.log"
 #: how a run's process starts; ``fit ...`` follows
@@ -145,6 +145,8 @@ class Progress:
                 what = f"{outcome.reason}; it keeps its last.ckpt"
             else:
                 what = f"FAILED ({outcome.reason}; see {display_path(outcome.log)})"
+            if outcome.ok and outcome.reason:  # finished, but not by this sweep
+                what += f" ({outcome.reason})"
             self.print(
                 f"[{self.tally()}, ETA "
                 f"{format_duration(eta)}] {outcome.run.name}: {what} in "
@@ -177,6 +179,10 @@ def run_process(
     if busy is not None:
         reason = f"being written by {busy}; left alone"
         return Outcome(run, 0.0, log, reason=reason, kind="busy")
+    if finished_as_planned(run, extra):  # another process finished it since the sweep looked
+        lock.release()
+        reason = "finished meanwhile by another process with this command; left as it is"
+        return Outcome(run, 0.0, log, read_results(run.folder), reason=reason)
     try:
         command = [*FIT_COMMAND, *run.fit_args(extra, resume=resume)]
         write_run_file(sweep, run, command, run.command_sha256(extra))

@@ -174,9 +174,10 @@ class RunState:
     resume: bool = False
 
 
-def run_state(run: Run, extra: Sequence[str] = ()) -> RunState:
-    """Where ``run`` stands (see the module docstring)."""
-    live = holder(run.folder)
+def run_state(run: Run, extra: Sequence[str] = (), held: bool = False) -> RunState:
+    """Where ``run`` stands (see the module docstring); ``held``: the caller holds the run
+    folder's lock, so a live holder is not another writer."""
+    live = None if held else holder(run.folder)
     if live is not None:
         return RunState("running", f"written by {live}")
     if not run.folder.is_dir():
@@ -214,3 +215,10 @@ def run_state(run: Run, extra: Sequence[str] = ()) -> RunState:
     if stale_note:
         return RunState("stale", stale_note)
     return RunState("to run")
+
+
+def finished_as_planned(run: Run, extra: Sequence[str] = ()) -> bool:
+    """Whether ``run``'s folder holds a finished run of this very command and inputs (the
+    state ``done``), read by a sweep that holds the folder's lock just before it would start
+    the run: another process may have finished it since the sweep looked."""
+    return run_state(run, extra, held=True).kind == "done"

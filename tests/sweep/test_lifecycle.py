@@ -375,3 +375,26 @@ def test_the_sweep_waits_for_its_runs_without_spinning(
     sweep = load_sweep(sweep_file, root=tmp_path / "runs")
     launch.run_local(sweep, runs, parallel=2, print_fn=lambda line: None)
     assert len(calls) < 40, f"{len(calls)} waits in 0.5 s: the sweep spins"
+
+
+def test_a_run_another_sweep_finished_since_this_one_looked_is_not_run_again(
+    sweep_file: Path, fake_fit: Path, tmp_path: Path
+) -> None:
+    """Two sweeps over one root, the second planned while the first still had the run to do:
+    when the second comes to the run, it holds the folder's lock, finds the run finished with
+    its very command, and leaves it as it is (no second version folder, no second start)."""
+    root = tmp_path / "runs"
+    sweep = load_sweep(sweep_file, root)
+    run = next(r for r in sweep.runs if r.name == "forward/seed-0")
+    first = launch.run_process(sweep, run, (), dict(os.environ), lambda process: None)
+    assert first.ok and len(started(fake_fit)) == 1  # the other sweep's run
+    calls = []
+    second = launch.run_process(sweep, run, (), dict(os.environ), calls.append)
+    assert second.ok and "finished meanwhile by another process" in second.reason
+    assert calls == [] and len(started(fake_fit)) == 1
+    assert [p.name for p in (run.folder / "lightning_logs").iterdir()] == ["version_0"]
+    assert second.results == first.results and holder(run.folder) is None
+    # a run finished with another command is still run again (a stale one)
+    third = launch.run_process(sweep, run, ("--trainer.max_epochs", "1"), dict(os.environ),
+                               calls.append)  # fmt: skip
+    assert third.ok and not third.reason and len(calls) == 1 and len(started(fake_fit)) == 2
