@@ -318,6 +318,30 @@ def run_cli(tmp_path: Path) -> Callable[..., Any]:
     return _run
 
 
+def tiny_method(cls: type, **kwargs: Any) -> Any:
+    """A method of ``cls`` on a 2-pixel MLP with 3 classes and VRNL's alpha 0.1 (``kwargs``
+    override), its weights from seed 0: the unit tests' model of one method."""
+    import torch
+
+    torch.manual_seed(0)
+    kwargs.setdefault("alpha", 0.1)
+    return cls(network={"backbone": "mlp"}, num_classes=3, input_shape=(1, 1, 2), **kwargs)
+
+
+def fixed_batch(n: int = 6) -> dict[str, Any]:
+    """A batch of ``n`` (up to 8) samples of :func:`tiny_method`'s shape, the same every call."""
+    import torch
+
+    gen = torch.Generator().manual_seed(1)
+    labels = torch.tensor([0, 1, 2, 0, 2, 1, 1, 0])[:n]
+    return {
+        "image": torch.randn(n, 1, 1, 2, generator=gen),
+        "label": labels,
+        "clean_label": labels,
+        "index": torch.tensor([4, 0, 5, 2, 1, 3, 7, 6])[:n],
+    }
+
+
 def read_results(root: Path) -> dict[str, Any]:
     """The single ``results.json`` written under ``root``."""
     found = sorted(root.rglob("results.json"))

@@ -17,27 +17,11 @@ from noisylabels.methods import CDR, Mixup
 from noisylabels.methods.cdr import mask_noncritical
 from noisylabels.methods.mixup import LAMBDA_KEY, PARTNER_KEY, beta_draw
 
-from conftest import CONFIGS, read_results, synthetic_facts
+from conftest import CONFIGS, fixed_batch, read_results, synthetic_facts
+from conftest import tiny_method as make
 
 C = 3
 ALPHA = 0.1
-
-
-def make(cls: type, **kwargs) -> nn.Module:
-    torch.manual_seed(0)
-    kwargs.setdefault("alpha", ALPHA)
-    return cls(network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 1, 2), **kwargs)
-
-
-def fixed_batch(n: int = 6) -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(1)
-    labels = torch.tensor([0, 1, 2, 0, 2, 1, 1, 0])[:n]
-    return {
-        "image": torch.randn(n, 1, 1, 2, generator=gen),
-        "label": labels,
-        "clean_label": labels,
-        "index": torch.tensor([4, 0, 5, 2, 1, 3, 7, 6])[:n],
-    }
 
 
 def ce_by_hand(z: list[float], y: int) -> float:
