@@ -316,6 +316,12 @@ class DocRunner:
             if "warmup_epochs" in stages:  # a warm-up's milestones lie past its one epoch
                 extra += ["--model.schedule.warmup_milestones", "[]"]
             outcome = self._invoke(command, [*args, *extra, "--trainer.max_epochs", epochs], "ran")
+            if outcome.error and "β_t is 0 in every one of the warm-up's" in outcome.error:
+                # a β plan that starts past the one warm-up epoch (CAL's CORES² warm-up): at once
+                extra += ["--model.beta_start", "0", "--model.beta_ramp_epochs", "0"]
+                outcome = self._invoke(
+                    command, [*args, *extra, "--trainer.max_epochs", epochs], "ran"
+                )
         if outcome.error and "--ckpt_path last: no run under" in outcome.error:
             # continuing "the newest run" of a config presumes one: made first, then continued
             at = args.index("--ckpt_path")
