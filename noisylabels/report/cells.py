@@ -156,15 +156,118 @@ def paired_difference(vrnl: Mapping[Any, float], base: Mapping[Any, float]) -> P
 
 # options of config.yaml that may differ within a cell: the seeds, and where a run was written
 # or read its data (dotted, with init_args)
-def load_paper(path: Path = PAPER_FILE) -> dict[tuple[str, str, str], tuple[float, float | None]]:
-    """The paper's published numbers: ``(dataset, noise, method key) -> (mean, std)``."""
-    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
-    table = {}
-    for row in csv.DictReader(lines):
-        std = float(row["std"]) if row["std"] else None
+PAPER_COLUMNS = ("table", "dataset", "noise", "method", "mean", "std", "rule")
+"""The columns of a paper file: ``dataset``, ``noise``, ``method`` and ``mean`` required,
+``std`` and ``rule`` may be empty, ``table`` is a free label."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """One published figure: its mean and standard deviation in % (``None``: not printed), and
+    the rule it was reported under, a name of :data:`METRICS` (``best``: a checkpoint selected
+    without the test set; ``best-test``: the highest test accuracy over the epochs; ``last``:
+    the last epoch), ``None`` where its paper does not say."""
+
+    mean: float
+    std: float | None
+    rule: str | None
+
+
+class Paper(Mapping):
+    """A published table: ``(dataset, noise, method key) -> Published``, read by
+    :func:`load_paper` from ``source``."""
+
+    def __init__(self, source: Path, values: dict[tuple[str, str, str], Published]) -> None:
+        self.source = source
+        self._figures = values
+
+    def __getitem__(self, key: tuple[str, str, str]) -> Published:
+        return self._figures[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._figures)
+
+    def __len__(self) -> int:
+        return len(self._figures)
+
+    @property
+    def label(self) -> str:
+        """How a report names it: the shipped file as the VRNL paper's tables, another by path."""
+        if self.source == PAPER_FILE:
+            return f"{PAPER_FILE.name}, the VRNL paper's Tables 1 and 2"
+        return str(self.source)
+
+
+def _percent(text: str) -> float | None:
+    """``text`` as a finite number in [0, 100], else ``None``."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and 0.0 <= value <= 100.0 else None
+
+
+def load_paper(path: Path = PAPER_FILE) -> Paper:
+    """A published table from a CSV file of :data:`PAPER_COLUMNS` (lines starting with ``#``
+    are comments), checked where read: :class:`InputError` naming the file and line of a
+    missing or unknown column, a figure that is not a finite percentage, a rule that is not a
+    report metric, or a cell given twice."""
+
+    def refuse(why: str) -> InputError:
+        return InputError(
+            f"--paper-file {path}: {why}. A paper file is CSV with the columns "
+            f"{', '.join(PAPER_COLUMNS)} (dataset, noise, method and mean required; a row per "
+            "published figure, in %; rule one of " + ", ".join(METRICS) + " or empty where the "
+            "paper does not say); see docs/sweeps.md, 'Reporting rules'"
+        )
+
+    try:
+        if not path.is_file():
+            raise refuse("not a file")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise refuse(f"cannot be read ({err})") from None
+    numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+    numbered = [(i, line) for i, line in numbered if not line.lstrip().startswith("#")]
+    if not numbered:
+        raise refuse("it has no header and no rows")
+    header = next(csv.reader([numbered[0][1]]))
+    names = [name.strip() for name in header]
+    unknown = [name for name in names if name not in PAPER_COLUMNS]
+    missing = [name for name in ("dataset", "noise", "method", "mean") if name not in names]
+    if unknown or missing or len(set(names)) != len(names):
+        wrong = (f"unknown column(s) {', '.join(map(repr, unknown))}; " if unknown else "") + (
+            f"missing column(s) {', '.join(missing)}; " if missing else ""
+        )
+        raise refuse(f"line {numbered[0][0]}: {wrong or 'a column named twice; '}header {header}")
+    table: dict[tuple[str, str, str], Published] = {}
+    where: dict[tuple[str, str, str], int] = {}
+    for number, line in numbered[1:]:
+        values = next(csv.reader([line]))
+        if len(values) != len(names):
+            raise refuse(f"line {number}: {len(values)} value(s) for {len(names)} columns")
+        row = {name: value.strip() for name, value in zip(names, values, strict=True)}
+        if not all(row[name] for name in ("dataset", "noise", "method")):
+            raise refuse(f"line {number}: dataset, noise and method must each be given")
+
+        mean = _percent(row["mean"])
+        std = _percent(row["std"]) if row.get("std") else None
+        for name, value in (("mean", mean), ("std", std)):
+            if value is None and (name == "mean" or row.get(name)):
+                raise refuse(f"line {number}: {name} {row[name]!r} is not a number in [0, 100]")
+        rule = row.get("rule") or None
+        if rule is not None and rule not in METRICS:
+            raise refuse(f"line {number}: rule {rule!r} is not one of {', '.join(METRICS)}")
         key = (row["dataset"], row["noise"], method_key(row["method"]))
-        table[key] = (float(row["mean"]), std)
-    return table
+        if key in table:
+            raise refuse(
+                f"line {number}: {row['dataset']} {row['noise']} {row['method']} is given "
+                f"again (first on line {where[key]})"
+            )
+        table[key], where[key] = Published(mean, std, rule), number
+    if not table:
+        raise refuse("it has a header and no rows")
+    return Paper(path, table)
 
 
 def sort_key(name: str, value: Any) -> tuple:

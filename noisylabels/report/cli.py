@@ -25,7 +25,7 @@ from typing import Any
 from noisylabels.arguments import CommandParser
 from noisylabels.errors import InputError
 from noisylabels.report.cells import Admit, Screened, group, load_paper, screen
-from noisylabels.report.collect import METRICS, PAPER_FILE, DamagedRun, collect
+from noisylabels.report.collect import METRIC_NAMES, METRICS, DamagedRun, collect
 from noisylabels.report.mixed import mixed_cells
 from noisylabels.report.writing import out_error
 
@@ -73,7 +73,22 @@ def build_parser() -> Any:
         "finite accuracy in [0, 1] (NaN, 87.0, a string) is left out and listed",
     )
     p.add_argument("--paired", action="store_true", help="add VRNL − base per seed, CI, p-value")
-    p.add_argument("--paper", action="store_true", help="the paper's published numbers beside ours")
+    p.add_argument(
+        "--paper",
+        action="store_true",
+        help="the VRNL paper's published numbers beside ours (its Tables 1 and 2, reported at "
+        "a checkpoint selected on noisy validation data); a note under each table says "
+        "whether the published rule is the table's metric",
+    )
+    p.add_argument(
+        "--paper-file",
+        type=Path,
+        metavar="FILE",
+        help="another published table beside ours, implies --paper: a CSV file with the columns "
+        "table, dataset, noise, method, mean, std, rule (dataset, noise and method as the "
+        "report prints them, mean and std in %%, rule the metric the paper reports: best, "
+        "last, tail, best-test, or empty where it does not say); '#' lines are comments",
+    )
     p.add_argument(
         "--kind",
         choices=("table", "bias", "runs"),
@@ -104,14 +119,6 @@ def build_parser() -> Any:
     )
     p.add_argument("--title", help="table or figure title (default: RUNS_DIR and the metric)")
     return p
-
-
-METRIC_NAMES = {
-    "best": "selected checkpoint",
-    "last": "last epoch",
-    "tail": "mean over the last epochs and networks",
-    "best-test": "highest test accuracy over the epochs (chosen by the test set: optimistic)",
-}
 
 
 def metric_list(value: str) -> list[str]:
@@ -238,7 +245,7 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
     grouped = groups[0]
     if not any(g.row_keys for g in groups):
         raise nothing_left(grouped.screened, where, f"the table of the {metric_name}")
-    paper = load_paper() if args.paper else None
+    paper = load_paper(args.paper_file) if args.paper_file else load_paper() if args.paper else None
     if args.format == "csv":
         parts = [render.to_csv(grouped, args.paired, paper)]
     else:
@@ -255,7 +262,7 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
             ]
         parts = [emit(t) for t in tables]
         if paper is not None:
-            parts.append(f"(paper: {PAPER_FILE.name}, the VRNL paper's Tables 1 and 2)\n")
+            parts.append(f"(paper: {paper.label})\n")
     if len(groups) == 1:
         sections = [render.problems_section(grouped.screened)]
     else:  # a run may count in one metric's column and not in another's

@@ -51,6 +51,13 @@ METRICS = {
     "tail": "test_acc_tail_mean",
     "best-test": "test_acc_max",
 }
+METRIC_NAMES = {
+    "best": "selected checkpoint",
+    "last": "last epoch",
+    "tail": "mean over the last epochs and networks",
+    "best-test": "highest test accuracy over the epochs (chosen by the test set: optimistic)",
+}
+"""What each of :data:`METRICS` is, as a report's titles and notes name it."""
 PAPER_FILE = Path(__file__).resolve().parent / "paper_results.csv"
 VRNL_SUFFIX = "-VRNL"
 DATASETS = {

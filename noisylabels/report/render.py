@@ -23,6 +23,7 @@ from noisylabels.report.cells import (
     Cell,
     Grouped,
     Paired,
+    Published,
     Screened,
     mixed_precisions,
     paired_difference,
@@ -30,7 +31,13 @@ from noisylabels.report.cells import (
     sort_key,
     unpaired_seeds,
 )
-from noisylabels.report.collect import VRNL_SUFFIX, Record, base_method, method_key
+from noisylabels.report.collect import (
+    METRIC_NAMES,
+    VRNL_SUFFIX,
+    Record,
+    base_method,
+    method_key,
+)
 from noisylabels.report.problems import SHORT, UNHEALTHY
 
 DASH = "—"
@@ -54,11 +61,10 @@ def fmt_cell(cell: Cell | None) -> str:
     return f"{cell.mean:.2f}{std} ({cell.n})"
 
 
-def fmt_paper(value: tuple[float, float | None] | None) -> str:
+def fmt_paper(value: Published | None) -> str:
     if value is None:
         return DASH
-    mean, std = value
-    return f"{mean:.2f}" + ("" if std is None else f" ± {std:.2f}")
+    return f"{value.mean:.2f}" + ("" if value.std is None else f" ± {value.std:.2f}")
 
 
 def fmt_paired(paired: Paired | None) -> str:
@@ -79,14 +85,45 @@ def _label(key: tuple) -> str:
 
 
 def _paper_value(
-    paper: Mapping[tuple[str, str, str], tuple[float, float | None]],
+    paper: Mapping[tuple[str, str, str], Published],
     fields: Mapping[str, Any],
     method: str | None = None,
-) -> tuple[float, float | None] | None:
+) -> Published | None:
     method = method or fields.get("method")
     if not {"dataset", "noise"} <= set(fields) or method is None:
         return None
     return paper.get((str(fields["dataset"]), str(fields["noise"]), method_key(str(method))))
+
+
+def rule_note(shown: Sequence[Published], metrics: Sequence[str], what: str = "paper") -> str:
+    """The note saying under which rule the published figures ``shown`` were reported, and
+    whether that is the rule of this table's ``metrics`` (a figure of another rule does not
+    compare like for like: the best test accuracy over the epochs is above a selected
+    checkpoint's by construction)."""
+    counts: dict[str | None, int] = {}
+    for value in shown:
+        counts[value.rule] = counts.get(value.rule, 0) + 1
+    if not counts:
+        return f"{what}: no published figure for these cells"
+    named = [
+        (METRIC_NAMES[rule] if rule else "a rule its paper does not state")
+        + (f" ({n} of {len(shown)})" if len(counts) > 1 else "")
+        for rule, n in counts.items()
+    ]
+    text = f"{what}: the published figures report the {' and '.join(named)}"
+    others = sorted(rule for rule in counts if rule and rule not in metrics)
+    if None in counts:
+        text += "; where the rule is not stated, the columns may not compare"
+    if others:
+        ours = " and ".join(METRIC_NAMES[m] for m in metrics)
+        text += (
+            f"; this table's are the {ours}: another rule, so the columns do not compare "
+            "like for like"
+        )
+    elif None not in counts:
+        same = " and ".join(METRIC_NAMES[r] for r in metrics if r in counts)
+        text += ", the rule of this table" if len(metrics) == 1 else f", as this table's {same}"
+    return text
 
 
 def main_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
@@ -110,7 +147,7 @@ def side_by_side(
         header += [f"{_label(col)} ({name})" for name in names] if names else [_label(col)]
         header += ["paper"] if paper is not None else []
     out = Table(title, header, [])
-    mixed = []
+    mixed, shown = [], []
     for i, row in enumerate(row_keys):
         line = [DASH if v is None else str(v) for v in row]
         for col in col_keys:
@@ -127,12 +164,16 @@ def side_by_side(
                     "arithmetic's too (results.json's execution)"
                 )
             if paper is not None:
-                line.append(fmt_paper(_paper_value(paper, first.fields(row, col))))
+                value = _paper_value(paper, first.fields(row, col))
+                shown += [value] if value is not None else []
+                line.append(fmt_paper(value))
         out.rows.append(line)
     out.notes.append(
         "test accuracy (%), mean ± std over seeds (n − 1), (n) seeds; bold: best of the cells "
         "that hold every seed of their column"
     )
+    if paper is not None:
+        out.notes.append(rule_note(shown, [g.metric for g in groups]))
     out.notes += mixed
     return out
 
@@ -178,7 +219,7 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
     for col in g.col_keys:
         header += [_label(col)] + (["paper Δ"] if paper is not None else [])
     out = Table(title, header, [])
-    notes_below = []
+    notes_below, shown = [], []
     for vrnl_row, base_row in vrnl_pairs(g):
         label = pair_label(g, vrnl_row, base_row)
         line = list(label)
@@ -203,14 +244,16 @@ def paired_table(g: Grouped, paper: Mapping | None, title: str) -> Table:
                 fields = g.fields(vrnl_row, col)
                 ours = _paper_value(paper, fields)
                 theirs = _paper_value(paper, fields, method=str(base_row[g.rows.index("method")]))
-                line.append(
-                    DASH if ours is None or theirs is None else f"{ours[0] - theirs[0]:+.2f}"
-                )
+                pair = None if ours is None or theirs is None else (ours, theirs)
+                shown += list(pair or ())
+                line.append(DASH if pair is None else f"{ours.mean - theirs.mean:+.2f}")
         out.rows.append(line)
     out.notes.append(
         "VRNL minus base in percentage points over the seeds both have: mean [95 % CI, t "
         "distribution], two-sided paired t-test p-value, (n) seeds"
     )
+    if paper is not None:
+        out.notes.append(rule_note(shown, [g.metric], "paper Δ (the difference of its means)"))
     out.notes += notes_below
     if not out.rows:
         out.notes.insert(0, "no pairs: no X-VRNL row has its X row (with the same other fields)")
@@ -423,6 +466,7 @@ def to_csv(g: Grouped, paired: bool, paper: Mapping | None) -> str:
             "p_value",
             "paper_mean",
             "paper_std",
+            "paper_rule",
         ]
     )
     for col in g.col_keys:
@@ -431,7 +475,6 @@ def to_csv(g: Grouped, paired: bool, paper: Mapping | None) -> str:
             if cell is None:
                 continue
             pub = _paper_value(paper, g.fields(row, col)) if paper is not None else None
-            pub = pub or ("", "")
             writer.writerow(
                 [
                     "cell",
@@ -445,8 +488,9 @@ def to_csv(g: Grouped, paired: bool, paper: Mapping | None) -> str:
                     "",
                     "",
                     "",
-                    pub[0],
-                    "" if pub[1] is None else pub[1],
+                    "" if pub is None else pub.mean,
+                    "" if pub is None or pub.std is None else pub.std,
+                    "" if pub is None or pub.rule is None else pub.rule,
                 ]
             )
         for vrnl_row, base_row in vrnl_pairs(g) if paired else []:

@@ -406,3 +406,34 @@ def test_baseline_presets_follow_the_reference_table(printed) -> None:
         if row["reports"] == "tail":
             data = config["data"]["init_args"]
             assert data["normalize"] is False and data["augment"] is False, row["pair"]
+
+
+def report_commands_in_comments() -> list[tuple[str, list[str]]]:
+    """``(file:line, argv)`` of each ``noisylabels report`` command in a shipped config's
+    comments (a sweep file says how to read its table)."""
+    import shlex
+
+    found = []
+    for path in sorted(CONFIGS.rglob("*.yaml")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            comment = line.partition("#")[2]
+            _, command, rest = comment.partition("noisylabels report ")
+            if command:
+                argv = shlex.split(rest.split(" #", 1)[0])
+                found.append((f"{path.relative_to(REPO)}:{number}", argv))
+    return found
+
+
+def test_every_report_command_in_a_configs_comments_parses() -> None:
+    """A command a config's comment tells users to run has only options ``report`` knows."""
+    from noisylabels.report.cli import build_parser
+
+    commands = report_commands_in_comments()
+    assert len(commands) >= 10
+    wrong = []
+    for where, argv in commands:
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit:
+            wrong.append(f"{where}: noisylabels report {' '.join(argv)}")
+    assert not wrong, "\n".join(wrong)
