@@ -68,7 +68,7 @@ class _CIFARNMixin:
         on_device: bool | str = "auto",
         views: int = 1,
     ) -> None:
-        _check_real(type(self).__name__, noise_type)
+        _check_real(type(self).__name__, noise_type, noise_rate)
         super().__init__(  # type: ignore[call-arg]
             data_dir=data_dir,
             batch_size=batch_size,
@@ -241,10 +241,17 @@ class CIFAR100NDataModule(_CIFARNMixin, CIFAR100DataModule):
         return data
 
 
-def _check_real(dataset: str, noise_type: str) -> None:
+def _check_real(dataset: str, noise_type: str, noise_rate: float) -> None:
+    """Refuse synthetic noise, and a noise rate, which the workers' labels would leave unused."""
     if noise_type != "real":
         raise InputError(
             f"{dataset}'s noisy labels are the workers' (--data.noise_type real, the only kind; "
             f"got {noise_type!r}); for synthetic noise on these images use the CIFAR data "
             "module (configs/data/cifar10.yaml, cifar100.yaml)"
+        )
+    if noise_rate != 0:
+        raise InputError(
+            f"--data.noise_rate {noise_rate:g} would have no effect on {dataset}: its rate is "
+            "the workers' labels', measured against the clean ones and recorded in "
+            "results.json; leave it at 0 (configs/data/cifar10n.yaml and cifar100n.yaml set it)"
         )

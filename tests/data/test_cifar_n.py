@@ -142,6 +142,7 @@ def test_a_label_file_of_another_length_is_refused(run_cli, cifar10n, tmp_path) 
     [
         ({"label_set": "worst"}, "--data.label_set must be one of aggre, random1"),
         ({"noise_type": "symmetric"}, "--data.noise_type real, the only kind"),
+        ({"noise_rate": 0.2}, "--data.noise_rate 0.2 would have no effect"),
     ],
 )
 def test_bad_options_are_refused(options, match) -> None:
