@@ -193,6 +193,37 @@ def check_fields(records: list[Any], rows: list[str], cols: list[str]) -> None:
             )
 
 
+UNUSED_BY_KIND = {
+    "bias": ("rows", "cols", "paired", "paper", "paper_file", "format"),
+    "runs": ("metric", "paired", "paper", "paper_file", "include_unhealthy", "include_short"),
+}
+"""The options a ``--kind`` does not read: the bias figure draws a panel per dataset and noise
+and a line per method, as a PNG; the runs table lists every run with all its accuracies."""
+
+
+def refuse_unused(args: Any) -> None:
+    """Refuse an option given away from its default that the ``--kind`` asked for would leave
+    unused (applied or refused, never ignored)."""
+    defaults = build_parser()
+    unused = [
+        "--" + dest.replace("_", "-")
+        for dest in UNUSED_BY_KIND.get(args.kind, ())
+        if getattr(args, dest) != defaults.get_default(dest)
+    ]
+    if unused:
+        raise InputError(
+            f"{', '.join(unused)} would have no effect with --kind {args.kind}: "
+            + (
+                "the bias figure draws one panel per dataset and noise and one line per "
+                "method, as a PNG (--metric, --include-* and --title apply to it)"
+                if args.kind == "bias"
+                else "the runs table lists every run, healthy or not, with the selected, last "
+                "and last-10-epoch accuracies (--rows, --cols, --format and --title apply to it)"
+            )
+            + "; leave them out"
+        )
+
+
 def report(args: Any, skipped: list[str] | None = None) -> str:
     """The report the parsed ``args`` describe, as text (the bias figure: its path); runs left
     out as damaged are appended to ``skipped``. The runs left out of the means (and those
@@ -200,6 +231,7 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
     CSV, a file or the figure."""
     from noisylabels.report import render
 
+    refuse_unused(args)
     records = gather(args, [] if skipped is None else skipped)
     admit = Admit(unhealthy=args.include_unhealthy, short=args.include_short)
     metrics = list(args.metric)

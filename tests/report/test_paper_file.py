@@ -13,6 +13,7 @@ import pytest
 from test_report import report, write_runs
 
 from noisylabels.report.cells import PAPER_COLUMNS, Published, load_paper
+from noisylabels.report.cli import UNUSED_BY_KIND
 from noisylabels.report.collect import METRICS, PAPER_FILE
 
 HEADER = "table,dataset,noise,method,mean,std,rule\n"
@@ -159,3 +160,42 @@ def test_an_unreadable_paper_file_is_refused(
 def test_the_shipped_file_reads_through_the_same_door() -> None:
     """One reader for paper files: the shipped one passes every check a user's file meets."""
     assert load_paper(PAPER_FILE) == load_paper()
+
+
+NON_DEFAULT = {
+    "rows": ["--rows", "alpha"],
+    "cols": ["--cols", "noise"],
+    "paired": ["--paired"],
+    "paper": ["--paper"],
+    "paper_file": ["--paper-file", str(PAPER_FILE)],
+    "format": ["--format", "csv"],
+    "metric": ["--metric", "last"],
+    "include_unhealthy": ["--include-unhealthy"],
+    "include_short": ["--include-short"],
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "dest"),
+    [(kind, dest) for kind, dests in sorted(UNUSED_BY_KIND.items()) for dest in dests],
+)
+def test_an_option_a_kind_leaves_unused_is_refused(
+    kind: str, dest: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Every option a ``--kind`` does not read, given, is refused naming it (never ignored)."""
+    extra = ["--out", str(tmp_path / "fig.png")] if kind == "bias" else []
+    with pytest.raises(SystemExit) as exc:
+        report(write_runs(tmp_path / "runs"), "--kind", kind, *extra, *NON_DEFAULT[dest])
+    assert exc.value.code == 2
+    option = "--" + dest.replace("_", "-")
+    assert f"{option} would have no effect with --kind {kind}" in capsys.readouterr().err
+
+
+def test_the_options_each_kind_leaves_unused_are_options_of_the_parser() -> None:
+    """Each option a kind is said not to read is one of the parser's, and each is tried above
+    (a renamed option cannot leave the lists stale)."""
+    from noisylabels.report.cli import build_parser
+
+    dests = {action.dest for action in build_parser()._actions}
+    assert set(NON_DEFAULT) <= dests
+    assert {d for dests in UNUSED_BY_KIND.values() for d in dests} == set(NON_DEFAULT)
