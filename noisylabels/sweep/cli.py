@@ -217,8 +217,37 @@ def _report(sweep: Sweep, pending: Sequence[Run], outcomes: Sequence[Outcome]) -
     return 0
 
 
+LAUNCHER_GROUPS = {"local": "local launcher", "slurm": "SLURM launcher"}
+"""The title each launcher's option group starts with in :func:`build_parser`."""
+
+
+def refuse_other_launcher(args: argparse.Namespace) -> None:
+    """Refuse an option of the launcher not chosen (``--parallel`` with ``--launcher slurm``,
+    ``--slurm-time`` with the local one), which would be left unused; the options are each
+    group's of :func:`build_parser`, so a new one is covered."""
+    parser = build_parser()
+    for launcher, title in LAUNCHER_GROUPS.items():
+        if launcher == args.launcher:
+            continue
+        group = next(g for g in parser._action_groups if (g.title or "").startswith(title))
+        given = [
+            action.option_strings[0]
+            for action in group._group_actions
+            if getattr(args, action.dest) != action.default
+        ]
+        if given:
+            raise InputError(
+                f"{', '.join(given)} would have no effect: "
+                + ("they are options" if len(given) > 1 else "it is an option")
+                + f" of --launcher {launcher}, and this sweep runs with --launcher "
+                f"{args.launcher}; leave {'them' if len(given) > 1 else 'it'} out or choose "
+                f"--launcher {launcher}"
+            )
+
+
 def sweep_main(args: argparse.Namespace, extra: list[str]) -> int:
     """Run the sweep the parsed ``args`` describe; return the exit status."""
+    refuse_other_launcher(args)
     sweep = load_sweep(args.file, args.root, parse_where(args.where))
     if not sweep.runs:
         raise InputError(f"sweep {sweep.name}: --where leaves no run")

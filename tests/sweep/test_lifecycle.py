@@ -298,6 +298,39 @@ def test_the_lock_is_exclusive_between_processes(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------- SLURM
+def launcher_options() -> list[tuple[str, str, list[str]]]:
+    """``(launcher, option, a non-default value)`` for every option of each launcher's group."""
+    from noisylabels.sweep.cli import LAUNCHER_GROUPS, build_parser
+
+    values = {"--parallel": ["2"], "--threads": ["1"], "--gpus": ["0"], "--slurm-gpus": ["0"]}
+    values |= {"--slurm-max-parallel": ["3"], "--slurm-cpus": ["2"], "--slurm-time": ["1:00:00"]}
+    found = []
+    for launcher, title in LAUNCHER_GROUPS.items():
+        group = next(g for g in build_parser()._action_groups if g.title.startswith(title))
+        for action in group._group_actions:
+            option = action.option_strings[0]
+            value = [] if action.nargs == 0 else values.get(option, ["x"])
+            found.append((launcher, option, value))
+    return found
+
+
+@pytest.mark.parametrize(("launcher", "option", "value"), launcher_options())
+def test_an_option_of_the_other_launcher_is_refused(
+    sweep_file: Path, tmp_path: Path, capsys, launcher: str, option: str, value: list[str]
+) -> None:
+    """Each option of a launcher's group, given with the other launcher, is refused naming
+    it before anything is written (it would be left unused)."""
+    other = "slurm" if launcher == "local" else "local"
+    argv = [str(sweep_file), "--root", str(tmp_path / "runs"), "--launcher", other]
+    with pytest.raises(SystemExit) as exc:
+        sweep_cli(*argv, f"{option}={value[0]}" if value else option, "--dry-run")
+    assert exc.value.code == 2
+    assert f"{option} would have no effect: it is an option of --launcher {launcher}" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
