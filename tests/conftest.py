@@ -54,8 +54,13 @@ PAIR_PROTOCOLS: dict[str, tuple[str, ...]] = {
         for m in ("cores", "decoupling", "gce", "mixup", "trevision", "sce", "apl", "gls", "cal")
     },
 }  # fmt: skip
+PAIR_PROTOCOLS |= {  # a VRNL group runs its base method's protocol
+    f"{pair}_vrnl": protocols
+    for pair, protocols in list(PAIR_PROTOCOLS.items())
+    if (CONFIGS / "method" / f"{pair.partition('_')[2]}_vrnl.yaml").is_file()
+}
 """The protocols (``configs/protocol/``) a pair without a preset composes after its groups, as
-those files' comments say."""
+those files' comments say; a ``_vrnl`` pair those of its base pair."""
 
 
 def pair_configs(pair: str) -> list[Path]:

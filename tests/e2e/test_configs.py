@@ -437,3 +437,51 @@ def test_every_report_command_in_a_configs_comments_parses() -> None:
         except SystemExit:
             wrong.append(f"{where}: noisylabels report {' '.join(argv)}")
     assert not wrong, "\n".join(wrong)
+
+
+VRNL_OPTIONS = {"model.alpha", "model.vrnl_form"}
+"""The options by which a VRNL row of a sweep may differ from its base row."""
+
+
+@pytest.mark.parametrize("path", sorted((CONFIGS / "sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_vrnl_row_of_a_shipped_sweep_is_its_base_rows_run_with_vrnl(
+    path: Path, resolver: resolved.Resolver
+) -> None:
+    """A sweep's ``X_vrnl`` run resolves to its ``X`` run at the same grid point but for VRNL's
+    options (:data:`VRNL_OPTIONS`): otherwise ``report --paired`` compares two protocols (a
+    protocol file given to the base row only, as the CIFAR-N sweeps once had)."""
+    from noisylabels.sweep.grid import format_value, load_sweep
+
+    sweep = load_sweep(path)
+    if "method" not in sweep.runs[0].point:
+        pytest.skip(f"{path.name} has no method axis")
+
+    def values(run: Any) -> dict[str, Any]:
+        moved = [(k, v) for k, v in run.args.items() if resolved.is_moved(k)]
+        out = dict(
+            resolver(run.configs, [a for k, v in moved for a in (f"--{k}", format_value(v))])
+        )
+        out.update({k: v for k, v in run.args.items() if not resolved.is_moved(k)})
+        return out
+
+    runs = {tuple(sorted(run.point.items())): run for run in sweep.runs}
+    wrong, pairs = [], 0
+    for run in sweep.runs:
+        base_method = run.point["method"].removesuffix("_vrnl")
+        base = runs.get(tuple(sorted({**run.point, "method": base_method}.items())))
+        if base is None or base is run:
+            continue
+        pairs += 1
+        mine, theirs = values(run), values(base)
+        differ = {k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)}
+        differ -= VRNL_OPTIONS | {"trainer.default_root_dir"}
+        if differ:
+            wrong.append(
+                f"{run.name}: "
+                + ", ".join(
+                    f"{k} {mine.get(k)!r} (base {theirs.get(k)!r})" for k in sorted(differ)[:4]
+                )
+            )
+    assert not wrong, f"{path.name}:\n" + "\n".join(wrong[:10])
+    if not pairs:
+        pytest.skip(f"{path.name} has no X / X_vrnl rows")
