@@ -199,7 +199,10 @@ class Paper(Mapping):
 
 
 def _percent(text: str) -> float | None:
-    """``text`` as a finite number in [0, 100], else ``None``."""
+    """``text`` as a finite number in [0, 100], else ``None`` (``9_7``, which Python's
+    ``float`` reads as 97, is not a published figure's spelling)."""
+    if "_" in text:
+        return None
     try:
         value = float(text)
     except ValueError:
@@ -224,7 +227,7 @@ def load_paper(path: Path = PAPER_FILE) -> Paper:
     try:
         if not path.is_file():
             raise refuse("not a file")
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark too
     except (OSError, UnicodeDecodeError) as err:
         raise refuse(f"cannot be read ({err})") from None
     numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
@@ -259,6 +262,11 @@ def load_paper(path: Path = PAPER_FILE) -> Paper:
         if rule is not None and rule not in METRICS:
             raise refuse(f"line {number}: rule {rule!r} is not one of {', '.join(METRICS)}")
         key = (row["dataset"], row["noise"], method_key(row["method"]))
+        if not key[2]:
+            raise refuse(
+                f"line {number}: method {row['method']!r} has no letter or digit to match a "
+                "method by (the report's method names, e.g. Forward-VRNL, CoTeachingPlus)"
+            )
         if key in table:
             raise refuse(
                 f"line {number}: {row['dataset']} {row['noise']} {row['method']} is given "

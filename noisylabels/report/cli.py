@@ -193,6 +193,9 @@ def check_fields(records: list[Any], rows: list[str], cols: list[str]) -> None:
             )
 
 
+PAPER_KEYS = ("dataset", "noise", "method")
+"""The fields a published figure is found by; a table with ``--paper`` has each among its
+rows or columns."""
 UNUSED_BY_KIND = {
     "bias": ("rows", "cols", "paired", "paper", "paper_file", "format"),
     "runs": ("metric", "paired", "paper", "paper_file", "include_unhealthy", "include_short"),
@@ -273,11 +276,17 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
         return deliver(text, args.out)
     if args.paired and "method" not in rows:
         raise InputError("--paired pairs the rows X-VRNL and X: put method among --rows")
+    paper = load_paper(args.paper_file) if args.paper_file else load_paper() if args.paper else None
+    if paper is not None and (lacking := [f for f in PAPER_KEYS if f not in rows + cols]):
+        raise InputError(
+            f"--paper{'-file' if args.paper_file else ''} matches each cell to a published "
+            f"figure by its dataset, noise and method: put {' and '.join(lacking)} among "
+            f"--rows or --cols (now --rows {','.join(rows)} --cols {','.join(cols)})"
+        )
     groups = [group(records, rows, cols, m, admit) for m in metrics]
     grouped = groups[0]
     if not any(g.row_keys for g in groups):
         raise nothing_left(grouped.screened, where, f"the table of the {metric_name}")
-    paper = load_paper(args.paper_file) if args.paper_file else load_paper() if args.paper else None
     if args.format == "csv":
         parts = [render.to_csv(grouped, args.paired, paper)]
     else:
@@ -294,7 +303,8 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
             ]
         parts = [emit(t) for t in tables]
         if paper is not None:
-            parts.append(f"(paper: {paper.label})\n")
+            source = f"(paper: {paper.label})"
+            parts.append(f"% {source}\n" if args.format == "latex" else f"{source}\n")
     if len(groups) == 1:
         sections = [render.problems_section(grouped.screened)]
     else:  # a run may count in one metric's column and not in another's
@@ -320,6 +330,8 @@ def report(args: Any, skipped: list[str] | None = None) -> str:
         )
         if args.format == "csv":  # the CSV stays parseable: the warning goes to stderr
             print(warning, end="", file=sys.stderr)
+        elif args.format == "latex":  # comments: the .tex still compiles
+            parts.append("".join(f"% {line}\n" for line in warning.splitlines()))
         else:
             parts.append(warning)
     return deliver("\n".join(parts), args.out)

@@ -107,9 +107,10 @@ PAPER_ALIASES = {"forwarddualt": "dualt"}
 
 
 def method_key(name: str) -> str:
-    """A method name for matching the paper's: lower case, letters and digits only, with
-    :data:`PAPER_ALIASES` applied."""
-    key = re.sub(r"[^a-z0-9]", "", name.lower())
+    """A method name for matching the paper's: lower case, ``+`` read as ``plus``
+    (``Co-teaching+`` is ``CoTeachingPlus``, not ``Co-teaching``), then letters and digits
+    only, with :data:`PAPER_ALIASES` applied."""
+    key = re.sub(r"[^a-z0-9]", "", name.lower().replace("+", "plus"))
     return PAPER_ALIASES.get(key, key)
 
 

@@ -199,3 +199,62 @@ def test_the_options_each_kind_leaves_unused_are_options_of_the_parser() -> None
     dests = {action.dest for action in build_parser()._actions}
     assert set(NON_DEFAULT) <= dests
     assert {d for dests in UNUSED_BY_KIND.values() for d in dests} == set(NON_DEFAULT)
+
+
+def test_a_plus_in_a_method_name_is_its_own_method(tmp_path: Path) -> None:
+    """``Co-teaching+`` is CoTeachingPlus's figure, not Co-teaching's; both rows may be given."""
+    from test_report import SYM
+
+    runs = [("CoTeaching", 0.0, SYM, 0, 0.91, 0.90), ("CoTeachingPlus", 0.0, SYM, 0, 0.93, 0.92)]
+    path = paper_file(
+        tmp_path,
+        "t,MNIST,Sym-20%,Co-teaching,90.50,,best\nt,MNIST,Sym-20%,Co-teaching+,93.35,,best\n",
+    )
+    lines = report(write_runs(tmp_path / "runs", runs), "--paper-file", path).splitlines()
+    assert "| CoTeaching | 91.00 (1) | 90.50 |" in lines
+    assert "| CoTeachingPlus | **93.00 (1)** | 93.35 |" in lines
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("t,MNIST,Sym-20%,---,97.0,,best\n", "method '---' has no letter or digit"),
+        ("t,MNIST,Sym-20%,CE,9_7,,best\n", "mean '9_7'"),
+    ],
+)
+def test_names_and_numbers_that_match_nothing_are_refused(
+    text: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        report(write_runs(tmp_path / "runs"), "--paper-file", paper_file(tmp_path, text))
+    assert exc.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_a_spreadsheets_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "excel.csv"
+    path.write_bytes(("\ufeff" + HEADER + "t,MNIST,Sym-20%,Forward,97.90,0.20,best\n").encode())
+    assert "| Forward | 97.50 ± 0.50 (3) | 97.90 ± 0.20 |" in report(
+        write_runs(tmp_path / "runs"), "--paper-file", path, "--cols", "dataset,noise"
+    ).replace(" **90.50 ± 0.71 (2)** | — |", "")
+
+
+@pytest.mark.parametrize("cols", ["noise", "dataset"])
+def test_paper_figures_need_dataset_noise_and_method_in_the_table(
+    cols: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A table whose cells lack a field a published figure is found by is refused with
+    ``--paper``, not printed with every paper cell empty."""
+    with pytest.raises(SystemExit) as exc:
+        report(write_runs(tmp_path / "runs"), "--paper", "--cols", cols)
+    assert exc.value.code == 2
+    missing = "dataset" if cols == "noise" else "noise"
+    assert f"put {missing} among --rows or --cols" in capsys.readouterr().err
+
+
+def test_latex_output_keeps_every_line_outside_the_tables_a_comment(tmp_path: Path) -> None:
+    """The paper's source line and the notes are LaTeX comments: the file compiles."""
+    out = report(write_runs(tmp_path / "runs"), "--paper", "--format", "latex", "--paired")
+    outside = [line for line in out.splitlines() if line and not line.startswith("%")]
+    tabular = [line for line in outside if not line.startswith("\\") and "&" not in line]
+    assert not tabular, tabular
+    assert "% (paper: paper_results.csv, the VRNL paper's Tables 1 and 2)" in out
