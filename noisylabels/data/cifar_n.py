@@ -31,7 +31,7 @@ from noisylabels.data.cifar import CIFAR10DataModule, CIFAR100DataModule, read_c
 from noisylabels.data.loaded import LoadedData
 from noisylabels.data.memory import missing_files_message
 from noisylabels.errors import InputError, MissingFileError
-from noisylabels.noise.label_file import read_label_file
+from noisylabels.noise.label_file import load_pt, read_label_file
 
 LABEL_SUBFOLDERS = ("", "CIFAR-N")
 """Where under ``data_dir`` a label file is looked for, in order: the data folder itself, then
@@ -119,6 +119,7 @@ class _CIFARNMixin:
     def read_labels(self, train_clean: torch.Tensor, num_classes: int, clean_key: str) -> Any:
         """The label set's labels, checked against ``train_clean`` (CIFAR's labels)."""
         path = self.label_file_path()
+        self._check_layout(path, (clean_key, self.label_key_of_set))
         shipped = read_label_file(path, len(train_clean), num_classes, key=clean_key)
         differ = torch.nonzero(shipped != train_clean)
         if len(differ):
@@ -131,6 +132,30 @@ class _CIFARNMixin:
                 "the CIFAR-N authors distribute with the official CIFAR batches."
             )
         return read_label_file(path, len(train_clean), num_classes, key=self.label_key_of_set)
+
+    def _check_layout(self, path: Path, keys: tuple[str, ...]) -> None:
+        """Refuse a file that is not the authors' ``.pt`` dict with ``keys``, naming what it
+        holds and the label sets (the label file reader's advice names options of the label
+        file source, which this module does not take)."""
+        layout = (
+            f"a {type(self).__name__} label file is the CIFAR-N authors' {self.label_file_name}: "
+            f"a .pt dict whose keys include {', '.join(sorted(set(self.label_sets.values())))}, "
+            f"one per --data.label_set ({', '.join(self.label_sets)})"
+        )
+        if path.suffix.lower() not in (".pt", ".pth"):
+            raise InputError(
+                f"--data.label_file {path} is a {path.suffix or 'suffix-less'} file; {layout}"
+            )
+        content = load_pt(path)
+        if not isinstance(content, dict):
+            raise InputError(f"--data.label_file {path} holds a single array, not a dict; {layout}")
+        missing = [key for key in keys if key not in content]
+        if missing:
+            raise InputError(
+                f"--data.label_file {path} has no {' and no '.join(map(repr, missing))} (label "
+                f"set {self.label_set!r} reads {self.label_key_of_set!r}, checked against "
+                f"{keys[0]!r}); it holds {sorted(map(str, content))}; {layout}"
+            )
 
     @property
     def label_key_of_set(self) -> str:

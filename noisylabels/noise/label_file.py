@@ -49,7 +49,7 @@ def _numpy_safe_globals() -> list[Any]:
     return allowed
 
 
-def _load_pt(path: Path) -> Any:
+def load_pt(path: Path) -> Any:
     scope = getattr(torch.serialization, "safe_globals", None)
     context = scope(_numpy_safe_globals()) if scope else contextlib.nullcontext()
     try:
@@ -180,7 +180,7 @@ def read_label_file(
         raise MissingFileError(f"noise file {path} does not exist; check --data.noise_file")
     suffix = path.suffix.lower()
     if suffix in (".pt", ".pth"):
-        obj = _load_pt(path)
+        obj = load_pt(path)
         labels = _as_labels(path, _pick_key(path, obj, key))
         _check_order(path, obj, clean)
     elif suffix == ".npy":

@@ -138,6 +138,33 @@ def test_a_label_file_of_another_length_is_refused(run_cli, cifar10n, tmp_path) 
 
 
 @pytest.mark.parametrize(
+    ("kind", "match"),
+    [
+        ("no key", "has no 'worse_label'"),
+        ("npy", "is a .npy file"),
+        ("array", "holds a single array, not a dict"),
+    ],
+)
+def test_a_label_file_not_in_cifar_ns_layout_is_refused_naming_the_label_sets(
+    run_cli, cifar10n, tmp_path, kind: str, match: str
+) -> None:
+    """The advice names this module's options (the label sets), never the label file
+    source's --data.noise_file_key, which the module does not take."""
+    content = torch.load(cifar10n / "CIFAR-N" / "CIFAR-10_human.pt", weights_only=False)
+    path = tmp_path / ("labels.npy" if kind == "npy" else "labels.pt")
+    if kind == "no key":
+        torch.save({k: v for k, v in content.items() if k != "worse_label"}, path)
+    elif kind == "npy":
+        np.save(path, np.asarray(content["worse_label"]))
+    else:
+        torch.save(torch.as_tensor(content["worse_label"]), path)
+    with pytest.raises(InputError) as err:
+        _fit(run_cli, cifar10n, tmp_path / "run", "--data.label_file", str(path))
+    assert match in str(err.value) and "--data.label_set (aggre, random1" in str(err.value)
+    assert "noise_file_key" not in str(err.value)
+
+
+@pytest.mark.parametrize(
     ("options", "match"),
     [
         ({"label_set": "worst"}, "--data.label_set must be one of aggre, random1"),
