@@ -75,6 +75,10 @@ def with_suggestion(message: str, options: Iterable[str]) -> str:
     return f"{message} ({hint})" if hint else message
 
 
+REPEATABLE = (argparse._AppendAction, argparse._ExtendAction, argparse._CountAction)
+"""Option actions that take a value more than once by design."""
+
+
 class CommandParser(argparse.ArgumentParser):
     """argparse as the project's own subcommands use it: no option is abbreviated, and an
     unknown option is refused first (before a required argument it may have been meant as is
@@ -93,7 +97,25 @@ class CommandParser(argparse.ArgumentParser):
         ]
         if unknown:
             self.error(UNRECOGNIZED + " ".join(unknown))
+        self._refuse_repeated(given)
         return super().parse_known_args(args, namespace)
+
+    def _refuse_repeated(self, given: list[str]) -> None:
+        """An option of one value given twice is refused (the last would win and the first
+        be dropped without a word); repeatable options (``--where``) and flags are not."""
+        seen: dict[argparse.Action, list[str]] = {}
+        for i, token in enumerate(given):
+            action = self._option_string_actions.get(option_name(token))
+            if action is None or action.nargs == 0 or isinstance(action, REPEATABLE):
+                continue
+            value = token.partition("=")[2] if "=" in token else " ".join(given[i + 1 : i + 2])
+            seen.setdefault(action, []).append(value)
+        for action, values in seen.items():
+            if len(values) > 1:
+                self.error(
+                    f"{action.option_strings[0]} is given {len(values)} times "
+                    f"({', '.join(map(repr, values))}); it takes one value: give it once"
+                )
 
     def with_hint(self, message: str) -> str:
         """``message`` with :func:`with_suggestion` over this parser's options."""

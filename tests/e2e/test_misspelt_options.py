@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from noisylabels.report.cli import build_parser as report_parser
 from noisylabels.report.plot import build_parser as plot_parser
 from noisylabels.sweep.cli import build_parser as sweep_parser
 
-from conftest import CONFIGS
+from conftest import CONFIGS, REPO
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")
 PARSERS: dict[str, Callable[[], Any]] = {
@@ -125,3 +126,27 @@ def test_the_hint() -> None:
     )
     assert with_suggestion("unrecognized arguments: -0.1", options).endswith("-0.1")
     assert with_suggestion("argument --kind: invalid choice", options).endswith("choice")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "results/table1_mnist", "--out", "a.md", "--out", "b.md"],
+        ["report", "results/table1_mnist", "--paper-file=a.csv", "--paper-file", "b.csv"],
+        ["sweep", "configs/sweeps/demo.yaml", "--dry-run", "--root", "r1", "--root", "r2"],
+        ["plot", "results/fig1_mnist", "--out", "a.png", "--out", "b.png"],
+    ],
+    ids=["report --out", "report --paper-file", "sweep --root", "plot --out"],
+)
+def test_an_option_of_one_value_given_twice_is_refused(
+    argv: list[str], capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch
+) -> None:
+    """The last would win and the first be dropped without a word: refused, naming both."""
+    from noisylabels.cli import run
+
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SystemExit) as exc:
+        run(argv)
+    assert exc.value.code == 2
+    option = argv[-2] if not argv[-2].startswith("--paper-file=") else "--paper-file"
+    assert f"{option.split('=')[0]} is given 2 times" in capsys.readouterr().err
