@@ -19,7 +19,14 @@ BackboneFactory = Callable[..., nn.Module]
 
 
 def _lenet5(num_classes: int, input_shape: tuple[int, int, int], **kwargs: Any) -> nn.Module:
-    return LeNet5(num_classes=num_classes, in_channels=input_shape[0], **kwargs)
+    net = LeNet5(num_classes=num_classes, in_channels=input_shape[0], **kwargs)
+    if tuple(input_shape[1:]) != (28, 28):  # its first linear layer is sized for 28x28
+        raise InputError(
+            f"lenet5 is LeNet-5 for 28x28 images (MNIST), and this dataset's are "
+            f"{'x'.join(map(str, input_shape))}; choose a backbone for them "
+            f"(--model.network.backbone: {', '.join(sorted(BACKBONES))})"
+        )
+    return net
 
 
 def _mlp(num_classes: int, input_shape: tuple[int, int, int], **kwargs: Any) -> nn.Module:

@@ -133,3 +133,13 @@ def test_resnet50_weights_path(tmp_path) -> None:
 def test_resnet50_weights_path_missing(tmp_path) -> None:
     with pytest.raises(FileNotFoundError):
         resnet50(num_classes=3, pretrained=True, weights_path=str(tmp_path / "nope.pth"))
+
+
+@pytest.mark.parametrize("shape", [(3, 32, 32), (1, 8, 8), (1, 224, 224)])
+def test_lenet5_on_images_it_is_not_sized_for_is_refused(shape: tuple[int, int, int]) -> None:
+    """Its first linear layer takes 16x5x5 features, those of a 28x28 image: any other size
+    failed at the first batch with a shape error; now before training, naming the backbones."""
+    from noisylabels.errors import InputError
+
+    with pytest.raises(InputError, match="lenet5 is LeNet-5 for 28x28 images"):
+        build_backbone("lenet5", 10, shape)
