@@ -107,7 +107,9 @@ def test_lightning_s_names_are_refused_in_one_text_from_both_doors(
     with pytest.raises(InputError) as from_cli:
         run_cli("fit", "--config", QUICKSTART, "--ckpt_path", value, *SHORT)
     data = DigitsDataModule()
-    model = CE(num_classes=data.num_classes, input_shape=data.input_shape)
+    model = CE(
+        num_classes=data.num_classes, input_shape=data.input_shape, network={"backbone": "mlp"}
+    )
     trainer = L.Trainer(max_epochs=1, default_root_dir=tmp_path / "python", logger=False)
     with pytest.raises(InputError) as from_python:
         fit_and_test(model, data, trainer, RunPlan(resume=value))
@@ -180,7 +182,9 @@ def test_only_lightning_s_default_checkpoint_is_replaced(
     from noisylabels.methods import CE
 
     data = DigitsDataModule()
-    model = CE(num_classes=data.num_classes, input_shape=data.input_shape)
+    model = CE(
+        num_classes=data.num_classes, input_shape=data.input_shape, network={"backbone": "mlp"}
+    )
     mine = ModelCheckpoint(**given)
     trainer = L.Trainer(max_epochs=1, default_root_dir=tmp_path, callbacks=[mine])
     RunPlan().attach(trainer, model, data, source=RunSource(), checkpoint=None, trainer_options={})
