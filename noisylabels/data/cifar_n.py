@@ -67,6 +67,9 @@ class _CIFARNMixin:
         download: bool = False,
         on_device: bool | str = "auto",
         views: int = 1,
+        strong_views: int = 0,
+        strong_augment: str | None = None,
+        cutout: int | None = None,
     ) -> None:
         _check_real(type(self).__name__, noise_type, noise_rate)
         super().__init__(  # type: ignore[call-arg]
@@ -83,6 +86,9 @@ class _CIFARNMixin:
             download=download,
             on_device=on_device,
             views=views,
+            strong_views=strong_views,
+            strong_augment=strong_augment,
+            cutout=cutout,
         )
         self._init_labels(self.default_label_set if label_set is None else label_set, label_file)
 

@@ -92,6 +92,9 @@ class Clothing1MDataModule(ImageFileDataModule):
         views: augmented views of every training image (see
             :class:`~noisylabels.data.module.NoisyDataModule`): each a random crop of the one
             decoded image, flipped on the device.
+        strong_views, strong_augment, cutout: strongly augmented views of every training
+            image (see :class:`~noisylabels.data.module.NoisyDataModule`): each from a random crop
+            of its own, the policy, the flip, the normalization and Cutout on the device.
     """
 
     name: ClassVar[str] = "clothing1m"
@@ -115,6 +118,9 @@ class Clothing1MDataModule(ImageFileDataModule):
         resize_size: int = 256,
         max_skipped_fraction: float = 0.01,
         views: int = 1,
+        strong_views: int = 0,
+        strong_augment: str | None = None,
+        cutout: int | None = None,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise InputError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -134,6 +140,9 @@ class Clothing1MDataModule(ImageFileDataModule):
             samples_per_class=samples_per_class,
             max_skipped_fraction=max_skipped_fraction,
             views=views,
+            strong_views=strong_views,
+            strong_augment=strong_augment,
+            cutout=cutout,
         )
         self.protocol = protocol
         self.class_names: list[str] = []

@@ -133,6 +133,9 @@ class Food101NDataModule(ImageFileDataModule):
         max_skipped_fraction: largest fraction of unreadable test images a test accepts.
         views: augmented views of every training image (see
             :class:`~noisylabels.data.module.NoisyDataModule`).
+        strong_views, strong_augment, cutout: strongly augmented views of every training
+            image (see :class:`~noisylabels.data.module.NoisyDataModule`): each from a random crop
+            of its own, the policy, the flip, the normalization and Cutout on the device.
     """
 
     name: ClassVar[str] = "food101n"
@@ -155,6 +158,9 @@ class Food101NDataModule(ImageFileDataModule):
         resize_size: int = 256,
         max_skipped_fraction: float = 0.01,
         views: int = 1,
+        strong_views: int = 0,
+        strong_augment: str | None = None,
+        cutout: int | None = None,
     ) -> None:
         super().__init__(
             data_dir=data_dir,
@@ -172,6 +178,9 @@ class Food101NDataModule(ImageFileDataModule):
             samples_per_class=samples_per_class,
             max_skipped_fraction=max_skipped_fraction,
             views=views,
+            strong_views=strong_views,
+            strong_augment=strong_augment,
+            cutout=cutout,
         )
         self.class_names: list[str] = []
         self.verification: Tensor | None = None

@@ -110,7 +110,7 @@ class ImageFileDataModule(NoisyDataModule):
             resize_size=self.resize_size,
             random_crop=split == "train" and self.augment,
             skipped=self.skipped.mask(self._array(split), len(images)),
-            views=self.views if split == "train" else 1,
+            views=self.views + self.strong_views if split == "train" else 1,
         )
 
     def make_sampler(self, dataset: Dataset, shuffle: bool) -> Sampler | None:

@@ -10,7 +10,9 @@ Every batch is a dict ``{"image", "label", "clean_label", "index"}`` where ``lab
 (noisy) label and ``clean_label`` is ``-1`` where the clean label is unknown (real-world noise).
 With ``views: K > 1`` a training batch also holds ``"views"``, ``(K, B, C, H, W)``: ``K``
 independently augmented views of every image (``views[0]`` is ``"image"``), for methods that
-compare or mix several views of one sample (DivideMix).
+compare or mix several views of one sample (DivideMix); with ``strong_views: S > 0`` it holds
+``"strong"``, ``(S, B, C, H, W)``: ``S`` strongly augmented views (:mod:`noisylabels.data.strong`;
+SOP+).
 Transition matrices are row-stochastic: ``T[i, j] = P(noisy = j | clean = i)``.
 """
 
@@ -35,6 +37,7 @@ from noisylabels.data.memory import (
     collate_batch,
 )
 from noisylabels.data.samplers import shard_sampler
+from noisylabels.data.strong import POLICIES, POLICY_FUNCTIONS, SampleRandom, cutout
 from noisylabels.data.transforms import BatchTransform, evaluation_batches
 from noisylabels.errors import InputError, MissingFileError, NoisyLabelsError
 from noisylabels.noise import (
@@ -84,6 +87,16 @@ class NoisyDataModule(L.LightningDataModule):
             an independent draw of the augmentation (``views[0]`` is ``"image"``; without
             augmentation the views are equal). Validation, test and evaluation batches have
             one view.
+        strong_views: strongly augmented views of every training image (default 0: none):
+            ``S > 0`` adds ``"strong"`` ``(S, B, C, H, W)`` to every training batch, each view
+            an independent draw of ``strong_augment``, then the dataset's augmentation and
+            normalization, then ``cutout`` (:mod:`noisylabels.data.strong`).
+        strong_augment: the policy of the strong views: ``autoaugment-cifar10`` (the default
+            where ``strong_views`` > 0: AutoAugment's CIFAR-10 policy with the SOP+
+            reference's magnitudes). Refused without strong views.
+        cutout: side in pixels of the square Cutout zeroes in every strong view after the
+            normalization (default 0 where ``strong_views`` > 0: none; SOP+'s CIFAR
+            reference: 16). Refused without strong views.
 
     Subclasses declare their facts as class attributes (``name``, ``num_classes``,
     ``input_shape``, ``mean``/``std``, ``semantic_flips`` for semantic noise,
@@ -123,12 +136,18 @@ class NoisyDataModule(L.LightningDataModule):
         download: bool = False,
         on_device: bool | str = "auto",
         views: int = 1,
+        strong_views: int = 0,
+        strong_augment: str | None = None,
+        cutout: int | None = None,
     ) -> None:
         super().__init__()
         if on_device not in ON_DEVICE:
             raise InputError(f"--data.on_device must be auto, true or false, got {on_device!r}")
         if int(views) < 1:
             raise InputError(f"--data.views must be >= 1, got {views}")
+        self.strong_views, self.strong_augment, self.cutout = check_strong_options(
+            strong_views, strong_augment, cutout
+        )
         self.noise_type = noise_type
         self.rate_nominal = noise_rate
         self.noise_seed = noise_seed
@@ -321,6 +340,7 @@ class NoisyDataModule(L.LightningDataModule):
             val_labels=self.validation_labels(),
             views=self.views,
             views_differ=self.augment,
+            strong_views=self.strong_views,
         )
 
     def validation_labels(self) -> Tensor:
@@ -459,14 +479,32 @@ class NoisyDataModule(L.LightningDataModule):
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Normalize (and, while training, augment) the whole batch on its device; while
-        training with ``views > 1``, every view in one call (:func:`augmented_views`)."""
+        training with ``views > 1``, every view in one call (:func:`augmented_views`), and
+        with ``strong_views``, the strong views (:func:`strong_views`)."""
         if isinstance(batch, dict) and "image" in batch:
             training = self.trainer is not None and self.trainer.training
+            strong = None
+            if training and self.strong_views > 0:
+                strong = batch["image"]
+                if strong.ndim == 5:  # file-backed: the workers' crops, the weak ones first
+                    weak = strong[:, : self.views]
+                    batch["image"] = weak if self.views > 1 else weak[:, 0]
+                    strong = strong[:, self.views :]
             if training and self.views > 1:
                 batch["views"] = augmented_views(batch["image"], self.transform, self.views)
                 batch["image"] = batch["views"][0]
             else:
                 batch["image"] = self.transform(batch["image"], train=training)
+            if strong is not None:  # after the weak views: they draw as without strong ones
+                batch["strong"] = strong_views(
+                    strong,
+                    batch["index"],
+                    self.transform,
+                    self.strong_views,
+                    self.strong_augment,
+                    self.cutout,
+                    epoch=self.trainer.current_epoch,
+                )
         return batch
 
 
@@ -484,6 +522,65 @@ def augmented_views(images: Tensor, transform: BatchTransform, views: int) -> Te
         stacked = images.repeat(views, *([1] * (images.ndim - 1)))
     out = transform(stacked, train=True)
     return out.view(views, -1, *out.shape[1:])
+
+
+def check_strong_options(
+    strong_views: int, strong_augment: str | None, cutout: int | None
+) -> tuple[int, str, int]:
+    """``(strong_views, strong_augment, cutout)`` resolved, or an :class:`InputError` for a
+    bad value and for a policy or Cutout given without strong views (it would change
+    nothing)."""
+    if isinstance(strong_views, bool) or int(strong_views) != strong_views or strong_views < 0:
+        raise InputError(f"--data.strong_views must be an integer >= 0, got {strong_views!r}")
+    if strong_augment is not None and strong_augment not in POLICIES:
+        raise InputError(
+            f"--data.strong_augment must be one of {', '.join(POLICIES)}, got {strong_augment!r}"
+        )
+    if cutout is not None and (isinstance(cutout, bool) or int(cutout) != cutout or cutout < 0):
+        raise InputError(f"--data.cutout must be an integer >= 0 (pixels), got {cutout!r}")
+    if int(strong_views) == 0:
+        for name, value in (("strong_augment", strong_augment), ("cutout", cutout)):
+            if value is not None:
+                raise InputError(
+                    f"--data.{name} {value} would have no effect: it shapes the strong views, "
+                    "and --data.strong_views is 0 (none are drawn). Give --data.strong_views "
+                    f"(the method's config group sets it where the method uses them), or drop "
+                    f"--data.{name}"
+                )
+    return int(strong_views), strong_augment or POLICIES[0], int(cutout or 0)
+
+
+def strong_views(
+    images: Tensor,
+    index: Tensor,
+    transform: BatchTransform,
+    views: int,
+    policy: str,
+    cutout_length: int,
+    *,
+    epoch: int,
+    seed: int | None = None,
+) -> Tensor:
+    """``(S, B, C, H, W)``: ``views`` (S) strongly augmented, normalized views of a batch:
+    ``policy`` (:data:`~noisylabels.data.strong.POLICY_FUNCTIONS`), then the dataset's
+    training augmentation and normalization (``transform``), then Cutout.
+
+    The policy's and Cutout's draws are keyed by ``seed`` (default: the run's,
+    ``torch.initial_seed()``), ``epoch``, the view and the samples' dataset ``index``
+    (:class:`~noisylabels.data.strong.SampleRandom`); the crop and flip of ``transform`` are
+    those of the weak views. ``images`` is ``(B, C, H, W)`` (in-memory data) or
+    ``(B, S, C, H, W)`` (file-backed data whose workers cropped each image for every strong
+    view)."""
+    if images.ndim == 5 and images.shape[1] != views:
+        raise ValueError(f"expected {views} strong views per image, got {images.shape[1]}")
+    seed = torch.initial_seed() if seed is None else seed
+    out = []
+    for view in range(views):
+        image = images[:, view] if images.ndim == 5 else images
+        random = SampleRandom(index, seed, epoch, view)
+        augmented = transform(POLICY_FUNCTIONS[policy](image, random), train=True)
+        out.append(cutout(augmented, cutout_length, random))
+    return torch.stack(out)
 
 
 # the help of --data.noise_type lists the registered noise kinds

@@ -105,6 +105,9 @@ class MiniWebVisionDataModule(ImageFileDataModule):
             test set on its own).
         views: augmented views of every training image (see
             :class:`~noisylabels.data.module.NoisyDataModule`).
+        strong_views, strong_augment, cutout: strongly augmented views of every training
+            image (see :class:`~noisylabels.data.module.NoisyDataModule`): each from a random crop
+            of its own, the policy, the flip, the normalization and Cutout on the device.
     """
 
     name: ClassVar[str] = "miniwebvision"
@@ -128,6 +131,9 @@ class MiniWebVisionDataModule(ImageFileDataModule):
         resize_size: int = 256,
         max_skipped_fraction: float = 0.01,
         views: int = 1,
+        strong_views: int = 0,
+        strong_augment: str | None = None,
+        cutout: int | None = None,
     ) -> None:
         super().__init__(
             data_dir=data_dir,
@@ -145,6 +151,9 @@ class MiniWebVisionDataModule(ImageFileDataModule):
             samples_per_class=samples_per_class,
             max_skipped_fraction=max_skipped_fraction,
             views=views,
+            strong_views=strong_views,
+            strong_augment=strong_augment,
+            cutout=cutout,
         )
         self.imagenet_test = imagenet_test
         self.imagenet_keys: list[str] = []

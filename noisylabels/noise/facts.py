@@ -58,6 +58,8 @@ class DataFacts:
             where the data is not augmented and every view is the same normalized image (a
             method may then pass one view through a network for all of them). ``True`` where
             unknown.
+        strong_views: strongly augmented views of every image a training batch holds
+            (``--data.strong_views``), under the batch key ``strong``, ``(S, B, C, H, W)``.
     """
 
     num_classes: int
@@ -73,6 +75,7 @@ class DataFacts:
     val_labels: Tensor | None = None
     views: int = 1
     views_differ: bool = True
+    strong_views: int = 0
 
     @property
     def num_samples(self) -> int:

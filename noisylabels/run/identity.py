@@ -62,9 +62,15 @@ RESUMABLE: dict[str, str] = {
 # elsewhere an option only one side records is unknown, not a change (e.g. a checkpoint
 # written before identities were kept, or a run from Python resumed from the command line)
 ALWAYS_COMPARED = ("model.", "data.", "labels.", "inputs.")
-ADDED_SINCE: dict[str, Any] = {"model.vrnl_form": "paper"}
+ADDED_SINCE: dict[str, Any] = {
+    "model.vrnl_form": "paper",
+    "data.strong_views": 0,
+    "data.strong_augment": None,
+    "data.cutout": None,
+}
 """Options added after runs were first recorded, with the value a record without them ran at
-(a checkpoint written before ``vrnl_form`` existed trained the paper's form)."""
+(a checkpoint written before ``vrnl_form`` existed trained the paper's form; one written before
+the strong views existed drew none)."""
 AFTER_SETUP = ("labels.", "inputs.")
 
 

@@ -197,8 +197,7 @@ def _networks_after(
     schedule = _schedule(name, options)
     args += [f"--model.schedule.{k}={_cli(v)}" for k, v in schedule.items()]
     epochs = int(schedule.get("warmup_epochs", 0)) + int(schedule["main_epochs"])
-    if cls.views_needed > 1:
-        args += ["--data.views", str(cls.views_needed)]
+    args += cls.data_options()
     cli = run(
         ["fit", "--config", str(CONFIGS / "data" / "digits.yaml"), "--data.noise_rate", "0.4",
          "--model", f"noisylabels.methods.{name}", *args, "--model.optim.lr", "0.05",
@@ -254,8 +253,8 @@ def test_the_cases_cover_every_method_with_conditional_options() -> None:
 
 @pytest.mark.parametrize("name", sorted(registry()))
 def test_every_method_takes_exactly_the_views_it_trains_on(name: str, monkeypatch) -> None:
-    """``--data.views``: fewer views than the method trains on are refused, and so are more
-    (drawn every step, never used)."""
+    """``--data.views`` and ``--data.strong_views``: fewer views than the method trains on are
+    refused, and so are more (drawn every step, never used)."""
     import dataclasses
 
     from conftest import synthetic_facts
@@ -266,16 +265,24 @@ def test_every_method_takes_exactly_the_views_it_trains_on(name: str, monkeypatc
         method = registry()[name](
             network={"backbone": "mlp"}, num_classes=10, input_shape=(1, 8, 8), schedule=WARM
         )
-    needed = type(method).views_needed
+    needed, strong = type(method).views_needed, type(method).strong_views_needed
     labels = torch.zeros(4, dtype=torch.long)
     facts = synthetic_facts(10, labels, labels, torch.arange(4), 0.2)
     for views in range(1, 4):
-        served = dataclasses.replace(facts, views=views)
+        served = dataclasses.replace(facts, views=views, strong_views=strong)
         monkeypatch.setattr(method, "data_facts", lambda served=served: served)
         if views == needed:
             method.check_views()
             continue
         with pytest.raises(InputError, match=r"--data\.views"):
+            method.check_views()
+    for strong_views in range(3):  # and the strong views (SOP+)
+        served = dataclasses.replace(facts, views=needed, strong_views=strong_views)
+        monkeypatch.setattr(method, "data_facts", lambda served=served: served)
+        if strong_views == strong:
+            method.check_views()
+            continue
+        with pytest.raises(InputError, match=r"--data\.strong_views"):
             method.check_views()
 
 

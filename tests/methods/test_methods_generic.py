@@ -150,11 +150,7 @@ def test_every_method_trains_through_the_cli(
             if issubclass(METHODS[name], TransitionMethod)
             else ()
         ),
-        *(
-            ("--data.views", str(METHODS[name].views_needed))
-            if METHODS[name].views_needed > 1
-            else ()
-        ),
+        *METHODS[name].data_options(),
         *(
             ("--model.speed.compile", "true", "--model.speed.compile_backend", "aot_eager")
             if compiled

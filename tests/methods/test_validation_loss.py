@@ -32,8 +32,7 @@ def method_args(name: str) -> list[str]:
     args = ["--model", f"noisylabels.methods.{name}"]
     if issubclass(cls, TransitionMethod):
         args += ["--model.transition", "estimate"]
-    if cls.views_needed > 1:
-        args += ["--data.views", str(cls.views_needed)]
+    args += cls.data_options()
     return args
 
 

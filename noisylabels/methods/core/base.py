@@ -81,6 +81,20 @@ class NoisyLabelMethod(StagedModule):
     views_needed: int = 1
     """Augmented views of every image the method's training batches need (``--data.views``;
     DivideMix: 2); a run whose data serves fewer is refused before training."""
+    strong_views_needed: int = 0
+    """Strongly augmented views of every image the method's training batches need
+    (``--data.strong_views``; SOP+: 1); a run whose data serves another number is refused."""
+
+    @classmethod
+    def data_options(cls) -> list[str]:
+        """The command-line options the method's data needs beyond a dataset's defaults (its
+        views, its strong views): what its config group sets, for runs composed without it."""
+        options = []
+        if cls.views_needed > 1:
+            options += ["--data.views", str(cls.views_needed)]
+        if cls.strong_views_needed > 0:
+            options += ["--data.strong_views", str(cls.strong_views_needed)]
+        return options
 
     def __init__(
         self,
@@ -252,6 +266,20 @@ class NoisyLabelMethod(StagedModule):
                 f"--data.views {facts.views} would have no effect: {type(self).__name__} trains "
                 f"on {self.views_needed} augmented view(s) of every image, and the others would "
                 f"be drawn every step and never used. Give --data.views {self.views_needed}"
+            )
+        needed = self.strong_views_needed
+        if facts is not None and facts.strong_views != needed:
+            if needed == 0:
+                raise InputError(
+                    f"--data.strong_views {facts.strong_views} would have no effect: "
+                    f"{type(self).__name__} trains on no strongly augmented view, and they "
+                    "would be drawn every step and never used. Drop --data.strong_views (and "
+                    "--data.strong_augment, --data.cutout)"
+                )
+            raise InputError(
+                f"{type(self).__name__} trains on {needed} strongly augmented view(s) of every "
+                f"image, but the data serves {facts.strong_views}: give --data.strong_views "
+                f"{needed} (the method's config group and presets set it)"
             )
 
     def check_variance_samples(self, world_size: int = 1) -> None:

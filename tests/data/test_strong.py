@@ -1,0 +1,246 @@
+"""Strong views (``--data.strong_views``): AutoAugment's CIFAR-10 policy, batched on the device,
+each operation the PIL operation of the reference; draws keyed by sample, epoch and view; the
+options refused where they would change nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageEnhance, ImageOps
+
+from noisylabels.data import CIFAR10DataModule, DigitsDataModule
+from noisylabels.data.module import strong_views
+from noisylabels.data.strong import (
+    AUTOAUGMENT_CIFAR10,
+    OPERATIONS,
+    SampleRandom,
+    _apply,
+    autoaugment_cifar10,
+    cutout,
+    magnitude,
+)
+from noisylabels.errors import InputError
+
+from conftest import make_image_folder
+
+VALUES = {
+    "Solarize": [256, 230, 128, 26],
+    "Posterize2": [4, 3, 2, 1],
+    "Rotate": [6, -6, 27, -30],
+    "ShearY": [0.24, -0.21, 0.3, -0.03],
+    "TranslateXAbs": [9, -9, 3, -1],
+    "TranslateYAbs": [9, -3, 1, -8],
+}
+BLEND = [0.1, 0.64, 1.18, 1.9]
+
+
+def _pil(op: str, img: Image.Image, v: float) -> Image.Image:
+    """The reference's operation (shengliu66/SOP data_loader/augmentations.py) at value ``v``,
+    the sign already drawn."""
+    if op == "Invert":
+        return ImageOps.invert(img)
+    if op == "AutoContrast":
+        return ImageOps.autocontrast(img)
+    if op == "Equalize":
+        return ImageOps.equalize(img)
+    if op == "Solarize":
+        return ImageOps.solarize(img, v)
+    if op == "Posterize2":
+        return ImageOps.posterize(img, int(v))
+    if op in ("Contrast", "Color", "Brightness", "Sharpness"):
+        return getattr(ImageEnhance, op)(img).enhance(v)
+    if op == "Rotate":
+        return img.rotate(v)
+    affine = {
+        "ShearY": (1, 0, 0, v, 1, 0),
+        "TranslateXAbs": (1, 0, v, 0, 1, 0),
+        "TranslateYAbs": (1, 0, 0, 0, 1, v),
+    }
+    return img.transform(img.size, Image.AFFINE, affine[op])
+
+
+def _images(channels: int) -> np.ndarray:
+    rng = np.random.default_rng(channels)
+    imgs = rng.integers(0, 256, (5, 12, 16, channels), dtype=np.uint8)
+    imgs[1] = imgs[1] // 3 + 60  # a narrow range (AutoContrast, Equalize)
+    imgs[2] = 7  # one value (both leave it)
+    imgs[3, :6] = 0  # a dark half
+    return imgs
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+@pytest.mark.parametrize("op", OPERATIONS)
+def test_every_operation_is_the_pil_operation_of_the_reference(op: str, channels: int) -> None:
+    """Pixel for pixel, on colour and grey images, at several values and both signs."""
+    imgs = _images(channels)
+    x = torch.from_numpy(imgs).permute(0, 3, 1, 2).float()
+    n = len(x)
+    for v in VALUES.get(op, BLEND):
+        out = _apply(
+            x,
+            torch.full((n,), OPERATIONS.index(op)),
+            torch.full((n,), float(v)),
+            torch.ones(n, dtype=torch.bool),
+        )
+        for i, im in enumerate(imgs):
+            pil_in = Image.fromarray(im[..., 0] if channels == 1 else im)
+            ref = np.asarray(_pil(op, pil_in, v)).reshape(im.shape)
+            mine = out[i].permute(1, 2, 0).numpy()
+            assert np.array_equal(mine, ref.astype(np.float32)), (op, v, i)
+        kept = _apply(x, torch.full((n,), OPERATIONS.index(op)), torch.full((n,), float(v)),
+                      torch.zeros(n, dtype=torch.bool))  # fmt: skip
+        assert torch.equal(kept, x)  # not applied: unchanged
+
+
+def test_the_policy_and_its_magnitudes_are_the_reference_s() -> None:
+    """25 sub-policies of two operations; the reference's mapping of levels to values
+    (augmentation_archive.py:10-26, :270-278)."""
+    assert len(AUTOAUGMENT_CIFAR10) == 25
+    assert all(len(sub) == 2 for sub in AUTOAUGMENT_CIFAR10)
+    assert {name for sub in AUTOAUGMENT_CIFAR10 for name, _, _ in sub} == set(OPERATIONS)
+    assert AUTOAUGMENT_CIFAR10[0] == (("Invert", 0.1, 7), ("Contrast", 0.2, 6))
+    assert AUTOAUGMENT_CIFAR10[-1] == (("TranslateYAbs", 0.7, 9), ("AutoContrast", 0.9, 1))
+    assert magnitude("Solarize", 2) == 256 - 51
+    assert magnitude("Posterize2", 7) == 2
+    assert magnitude("Rotate", 2) == 6
+    assert magnitude("ShearY", 8) == pytest.approx(0.24)
+    assert magnitude("Contrast", 6) == pytest.approx(1.18)
+    assert magnitude("TranslateXAbs", 9) == 9
+
+
+def test_draws_are_keyed_by_sample_epoch_and_view_not_by_batch() -> None:
+    """A sample's strong view is the same in any batch, order or process split; another
+    epoch, view or seed draws anew."""
+    torch.manual_seed(0)
+    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8)
+    index = torch.arange(100, 164)
+    whole = autoaugment_cifar10(images, SampleRandom(index, 7, 3, 0))
+    order = torch.randperm(64)
+    half = order[:32]
+    part = autoaugment_cifar10(images[half], SampleRandom(index[half], 7, 3, 0))
+    assert torch.equal(part, whole[half])
+    for key in ((8, 3, 0), (7, 4, 0), (7, 3, 1)):
+        other = autoaugment_cifar10(images, SampleRandom(index, *key))
+        assert (other != whole).flatten(1).any(1).sum() > 20, key
+    u = SampleRandom(torch.arange(50_000), 0, 0, 0).uniform(0)
+    assert abs(float(u.mean()) - 0.5) < 0.01 and float(u.min()) >= 0 and float(u.max()) < 1
+
+
+def test_each_image_draws_a_sub_policy_and_applies_its_operations_at_their_rates(
+    monkeypatch,
+) -> None:
+    """Over many images, each of the 25 sub-policies is drawn about equally often, and each
+    stage's operation is applied at its probability (the draws, recorded at every stage)."""
+    import noisylabels.data.strong as strong
+
+    seen = []
+    original = strong._apply
+
+    def record(x, op, value, applied):
+        seen.append((op.clone(), applied.clone()))
+        return original(x, op, value, applied)
+
+    monkeypatch.setattr(strong, "_apply", record)
+    n = 25_000
+    images = torch.randint(0, 256, (n, 3, 4, 4), dtype=torch.uint8)
+    strong.autoaugment_cifar10(images, SampleRandom(torch.arange(n), 0, 0, 0))
+    assert len(seen) == 2
+    first_ops = torch.tensor([OPERATIONS.index(a[0]) for a, _ in AUTOAUGMENT_CIFAR10])
+    for stage, (_, applied) in enumerate(seen):
+        expected = float(np.mean([sub[stage][1] for sub in AUTOAUGMENT_CIFAR10]))
+        assert abs(float(applied.float().mean()) - expected) < 0.015, stage
+    counts = torch.bincount(seen[0][0], minlength=len(OPERATIONS)).float() / n
+    expected = torch.bincount(first_ops, minlength=len(OPERATIONS)).float() / 25
+    assert (counts - expected).abs().max() < 0.015
+    invert = seen[0][0] == OPERATIONS.index("Invert")  # sub-policy 0 only: p 0.1
+    assert abs(float(seen[0][1][invert].float().mean()) - 0.1) < 0.03
+
+
+def test_cutout_zeroes_one_clipped_square_per_image() -> None:
+    x = torch.ones(200, 3, 32, 32)
+    out = cutout(x, 16, SampleRandom(torch.arange(200), 0, 0, 0))
+    zeros = (out == 0).all(1)  # (B, H, W): every channel of a cut pixel
+    rows, cols = zeros.any(2), zeros.any(1)
+    for b in range(200):
+        assert int(zeros[b].sum()) == int(rows[b].sum()) * int(cols[b].sum())  # a rectangle
+        assert 8 <= int(rows[b].sum()) <= 16 and 8 <= int(cols[b].sum()) <= 16
+    assert (out[:, 0] == 0).sum() < 200 * 16 * 16 + 1
+    assert torch.equal(cutout(x, 0, SampleRandom(torch.arange(200), 0, 0, 0)), x)
+
+
+def _cifar(cifar10_dir: Path, **kwargs) -> CIFAR10DataModule:
+    dm = CIFAR10DataModule(data_dir=str(cifar10_dir), batch_size=16, **kwargs)
+    dm.setup("fit")
+    dm.trainer = SimpleNamespace(training=True, current_epoch=2)
+    return dm
+
+
+def test_a_training_batch_holds_the_strong_views(cifar10_dir: Path) -> None:
+    """``"strong"`` is ``(S, B, C, H, W)``: the policy, then crop, flip and normalization,
+    then Cutout; the weak image is the batch of before; evaluation batches have none."""
+    dm = _cifar(cifar10_dir, strong_views=2, cutout=16)
+    raw = next(iter(dm.train_dataloader()))
+    torch.manual_seed(3)
+    batch = dm.on_after_batch_transfer(dict(raw), 0)
+    strong = batch["strong"]
+    assert strong.shape == (2, *raw["image"].shape)
+    torch.manual_seed(3)
+    assert torch.equal(batch["image"], dm.transform(raw["image"], train=True))  # as before
+    expected = strong_views(raw["image"], raw["index"], dm.transform, 2, "autoaugment-cifar10",
+                            16, epoch=2)  # fmt: skip
+    assert torch.equal(strong, expected)
+    assert (strong == 0).all(2).flatten(2).sum(2).min() >= 64  # a square of at least 8 x 8
+    assert (strong[0] != strong[1]).flatten(1).any(1).all()  # two draws
+    dm.trainer = SimpleNamespace(training=False, current_epoch=2)
+    assert "strong" not in dm.on_after_batch_transfer(dict(raw), 0)
+
+
+def test_file_backed_data_crops_every_strong_view_itself(tmp_path: Path) -> None:
+    """An image folder's workers crop the weak and the strong views apart; the strong ones get
+    the policy on the device."""
+    from noisylabels.data import ImageFolderDataModule
+
+    root = make_image_folder(tmp_path / "folder", {"train": 6, "test": 2})
+    dm = ImageFolderDataModule(data_dir=str(root), batch_size=8, image_size=16, resize_size=20,
+                               num_workers=0, augment=True, strong_views=1, views=2,
+                               noise_rate=0.0, use_val_folder=False)  # fmt: skip
+    dm.setup("fit")
+    dm.trainer = SimpleNamespace(training=True, current_epoch=0)
+    raw = next(iter(dm.train_dataloader()))
+    assert raw["image"].shape[1:3] == (3, 3)  # two weak crops and a strong one per image
+    batch = dm.on_after_batch_transfer(dict(raw), 0)
+    assert batch["views"].shape == (2, len(raw["index"]), 3, 16, 16)
+    assert batch["strong"].shape == (1, len(raw["index"]), 3, 16, 16)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"strong_augment": "autoaugment-cifar10"}, r"--data\.strong_augment .* no effect"),
+        ({"cutout": 16}, r"--data\.cutout 16 would have no effect"),
+        ({"strong_views": -1}, r"--data\.strong_views must be an integer >= 0"),
+        ({"strong_views": 1, "strong_augment": "randaug"}, r"--data\.strong_augment must be one"),
+        ({"strong_views": 1, "cutout": -2}, r"--data\.cutout must be an integer >= 0"),
+    ],
+)
+def test_bad_or_inert_strong_options_are_refused(options: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        DigitsDataModule(**options)
+
+
+def test_the_cli_refuses_strong_views_a_method_does_not_use(tmp_path: Path) -> None:
+    """Through the command line, exit 2 and one paragraph naming the option."""
+    from as_command import run_command
+
+    from conftest import CONFIGS
+
+    result = run_command(["fit", "--config", str(CONFIGS / "data" / "digits.yaml"),
+                  "--data.strong_views", "1", "--trainer.max_epochs", "1",
+                  "--trainer.default_root_dir", str(tmp_path)])  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "--data.strong_views 1 would have no effect" in result.stderr
+    assert "Traceback" not in result.stderr
