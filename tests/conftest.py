@@ -46,6 +46,7 @@ PAIR_PROTOCOLS: dict[str, tuple[str, ...]] = {
     **{f"cifar100_{m}": ("cifar100_estimate",) for m in
        ("forward", "forward_vrnl", "reweight", "reweight_vrnl", "reweight_dualt")},
     **{f"cifar{n}_sop": ("sop_cifar",) for n in ("10", "100")},
+    **{f"cifar{n}_sopplus": ("sopplus_cifar",) for n in ("10", "100")},
     "cifar10_dividemix": ("dividemix_cifar",),
     "cifar10_elr": ("elr_cifar10",),
     **{f"mnist_{m}": ("vrnl_sgd",) for m in ("gce", "mixup", "sce", "gls", "cal")},

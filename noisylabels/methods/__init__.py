@@ -44,7 +44,7 @@ from noisylabels.methods.ptd import PTD
 from noisylabels.methods.reweight import Reweight
 from noisylabels.methods.sce import SCE
 from noisylabels.methods.selection import SmallLossMethod, TwoNetworkMethod
-from noisylabels.methods.sop import SOP
+from noisylabels.methods.sop import SOP, SOPPlus
 from noisylabels.methods.transition import TransitionMethod
 from noisylabels.methods.trevision import TRevision
 from noisylabels.methods.volminnet import VolMinNet
@@ -78,6 +78,7 @@ __all__ = [
     "SCE",
     "SmallLossMethod",
     "SOP",
+    "SOPPlus",
     "SpeedOptions",
     "StageSchedule",
     "StepOutput",

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from noisylabels.errors import InputError
 from noisylabels.methods.core.base import NoisyLabelMethod
+from noisylabels.methods.core.vrnl import masked_mean
 
 
 class SOP(NoisyLabelMethod):
@@ -93,6 +94,12 @@ class SOP(NoisyLabelMethod):
     # ---------------------------------------------------------------- the loss
     def per_sample_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         """``-<y, log q> + ||onehot(argmax z) + U - V - y||²`` per sample (module docstring)."""
+        return self.losses_and_prediction(logits, batch)[0]
+
+    def losses_and_prediction(
+        self, logits: Tensor, batch: dict[str, Tensor]
+    ) -> tuple[Tensor, Tensor]:
+        """The per-sample losses and the corrected prediction ``q`` (``(B, C)``)."""
         eps = float(self.hparams.eps)
         y = F.one_hot(batch["label"], self.num_classes).float()
         index = batch["index"]
@@ -102,7 +109,7 @@ class SOP(NoisyLabelMethod):
         q = (probs + U - V.detach()).clamp_min(eps)
         q = F.normalize(q, p=1, dim=1, eps=eps).clamp(eps, 1.0)
         hard = F.one_hot(logits.detach().argmax(1), self.num_classes).float()
-        return -(y * torch.log(q)).sum(1) + (hard + U - V - y).square().sum(1)
+        return -(y * torch.log(q)).sum(1) + (hard + U - V - y).square().sum(1), q
 
     def unused_parameters(self) -> list[nn.Parameter]:
         """``u`` and ``v`` in a warm-up (plain cross-entropy)."""
@@ -116,6 +123,75 @@ class SOP(NoisyLabelMethod):
         groups = [{"params": [self.u], "lr": hp.lr_u}, {"params": [self.v], "lr": hp.lr_v}]
         opt_uv = torch.optim.SGD(groups, lr=hp.lr_u, momentum=0.0, weight_decay=0.0)
         return [opt_net, opt_uv], [self.make_scheduler(opt_net)]
+
+
+class SOPPlus(SOP):
+    """SOP+: SOP with the consistency of a weakly and a strongly augmented view of every image
+    and a class-balance term (Liu et al., "Robust Training under Label Noise by
+    Over-parameterization", ICML 2022).
+
+    Reference code: shengliu66/SOP@4d991ce (``model/loss.py:55-127``; the constants are
+    ``config_cifar100.json:34-37``, ``:82-83``, the repository's one config). The network runs
+    once over the weak and the strong view of the batch together (``trainer/trainer.py:94``;
+    batch normalization sees both), and with the SOP loss ``l_i`` of the weak view (its
+    corrected prediction ``q_i``; see :class:`SOP`) the objective is
+
+        mean_i(l_i + ratio_consistency · KL(sg(p_i) ‖ p'_i))
+            + ratio_balance · (-(1/C) Σ_c log clamp(mean_i q_ic, eps, 1))
+
+    with ``p_i`` and ``p'_i`` the softmax of the weak and the strong view. The balance term
+    (the cross-entropy of the uniform prior to the batch's mean corrected prediction) is a
+    term of the batch, not of a sample: under DDP its mean runs over the global batch
+    (``--model.variance_scope global``), so that the gradient is the one-process one. VRNL
+    (``alpha != 0``) acts on the variance of the per-sample ``l_i + ratio_consistency · KL_i``;
+    the balance term is added outside it. A warm-up, where given, is cross-entropy on the
+    weak view (the reference has none). The strong views are the data's
+    (``--data.strong_views 1``; :mod:`noisylabels.data.strong`: AutoAugment's CIFAR-10
+    policy and Cutout 16 in the reference). No transition matrix.
+
+    Args:
+        ratio_consistency: weight of the consistency term (reference: 0.9); 0 is refused (the
+            strong views would be drawn and never used: that is :class:`SOP` with a
+            class-balance term).
+        ratio_balance: weight of the class-balance term (reference: 0.1).
+        **kwargs: see :class:`SOP`.
+    """
+
+    strong_views_needed = 1
+
+    def __init__(
+        self, ratio_consistency: float = 0.9, ratio_balance: float = 0.1, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        if not ratio_consistency > 0:
+            raise InputError(
+                f"--model.ratio_consistency must be positive, got {ratio_consistency}: SOP+ "
+                "without its consistency term would draw the strong views and never use them"
+            )
+        if not ratio_balance >= 0:
+            raise InputError(f"--model.ratio_balance must be >= 0, got {ratio_balance}")
+
+    def training_objective(self, batch: dict[str, Tensor]) -> Tensor:
+        """The objective of one batch over its weak and strong views (class docstring)."""
+        if self.in_warmup:
+            return super().training_objective(batch)
+        hp = self.hparams
+        weak, strong = batch["image"], batch["strong"][0]
+        n = weak.shape[0]
+        both = self(torch.cat([weak, strong]))
+        logits, strong_logits = both[:n], both[n:]
+        losses, q = self.losses_and_prediction(logits, batch)
+        target = F.softmax(logits.float(), dim=1).detach()
+        consistency = F.kl_div(
+            F.log_softmax(strong_logits.float(), dim=1), target, reduction="none"
+        ).sum(1)
+        losses = losses + float(hp.ratio_consistency) * consistency
+        extra = None
+        if float(hp.ratio_balance) > 0:
+            eps = float(hp.eps)
+            mean_q = masked_mean(q, None, self.variance_scope).clamp(eps, 1.0)
+            extra = float(hp.ratio_balance) * -torch.log(mean_q).mean()
+        return self.vrnl(losses, logits, batch, extra=extra)
 
 
 def _shape_like_checkpoint(

@@ -27,6 +27,7 @@ from noisylabels.methods import (
     GCE,
     GLS,
     SCE,
+    SOP,
     Backward,
     CoTeaching,
     FDivergence,
@@ -35,6 +36,7 @@ from noisylabels.methods import (
     NoisyLabelMethod,
     Peer,
     Reweight,
+    SOPPlus,
     VolMinNet,
 )
 from noisylabels.methods.core import acceleration
@@ -68,6 +70,7 @@ def _batch(n: int = 32, seed: int = 1) -> dict[str, Tensor]:
     labels = torch.randint(0, 10, (n,), generator=gen)
     return {
         "image": torch.randn(n, *SHAPE, generator=gen),
+        "strong": torch.randn(1, n, *SHAPE, generator=gen),  # SOP+'s strong view
         "label": labels,
         "clean_label": labels,
         "index": torch.arange(n),
@@ -110,6 +113,7 @@ METHODS = {
     "GLS-NLS": (GLS, {"smooth_rate": -0.5}),  # a negative smoothing rate
     "FDivergence-JS": (FDivergence, {"divergence": "jensen_shannon"}),  # peers from the step
     "CAL": (CAL, {"schedule": {"warmup_epochs": 1}}),  # the CORES² warm-up, then D̂'s term
+    "SOPPlus": (SOPPlus, {}),  # u, v, both views in one pass, the balance term
 }
 MAIN_STATES = {  # what a checkpoint of a method's own stage holds beyond T: CAL's D̂ and ℓ̄
     "CAL": {
@@ -136,6 +140,8 @@ def test_compiled_step_equals_eager_step(name: str, backend: str) -> None:
         model.resolve_acceleration(CPU)
         if kwargs.get("transition") is True:
             model.store_transition(DIGITS_T)
+        if isinstance(model, SOP):
+            model.init_parameters(32)  # what setup does for the training set
     assert eager.speed.mode is None and compiled.speed.mode == "default"
     stages = ["warmup", "main"] if compiled.has_warmup_stage else ["main"]
     for stage in stages:

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from noisylabels.methods import CORES, ELR, SOP
+from noisylabels.errors import InputError
+from noisylabels.methods import CORES, ELR, SOP, SOPPlus
 
 C, N = 4, 10
 ALPHA = 0.1
@@ -170,6 +171,49 @@ def test_sop_u_and_v_are_parameters_of_the_checkpoint_shape() -> None:
     )  # made outside a run
     other.load_state_dict(state)
     assert torch.equal(other.v, model.v) and torch.equal(other.u, model.u)
+
+
+def test_sopplus_adds_the_weighted_consistency_and_class_balance_terms() -> None:
+    """SOP+ (shengliu66/SOP model/loss.py:102-127): l_i + 0.9 KL(sg(p_weak) ‖ p_strong) per
+    sample, VRNL over those, plus 0.1 · the cross-entropy of the uniform prior to the mean
+    corrected prediction; the network sees both views in one pass."""
+    torch.manual_seed(0)
+    model = SOPPlus(network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2),
+                    alpha=ALPHA)  # fmt: skip
+    model.init_parameters(N)
+    with torch.no_grad():
+        model.u.copy_(torch.rand(N, 1))
+        model.v.copy_(torch.rand(N, C) * 0.8)
+    index, labels = [4, 0, 9, 2], [1, 3, 1, 0]
+    batch = batch_of(index, labels)
+    generator = torch.Generator().manual_seed(5)
+    batch["strong"] = torch.randn(1, len(index), 1, 2, 2, generator=generator)
+    logits = model(batch["image"]).detach()
+    strong_logits = model(batch["strong"][0]).detach()
+    objective = model.training_objective(batch)
+
+    eps = 1e-4
+    y = torch.eye(C)[labels]
+    U = (model.u.detach()[index] ** 2 * y).clamp(0, 1)
+    V = (model.v.detach()[index] ** 2 * (1 - y)).clamp(0, 1)
+    q = (torch.softmax(logits, 1) + U - V).clamp(min=eps)
+    q = (q / q.sum(1, keepdim=True).clamp(min=eps)).clamp(eps, 1)
+    hard = torch.eye(C)[logits.argmax(1)]
+    sop_losses = -(y * q.log()).sum(1) + ((hard + U - V - y) ** 2).sum(1)
+    p, p_strong = torch.softmax(logits, 1), torch.softmax(strong_logits, 1)
+    kl = (p * (p.log() - p_strong.log())).sum(1)
+    expected = sop_losses + 0.9 * kl
+    balance = -(torch.full((C,), 1.0 / C) * q.mean(0).clamp(eps, 1).log()).sum()
+    [step] = model._steps
+    torch.testing.assert_close(step.losses, expected)
+    torch.testing.assert_close(objective, vrnl(expected, ALPHA) + 0.1 * balance)
+    # the strong view gets the consistency's gradient; the weak prediction is its target only
+    model.zero_grad()
+    model.training_objective(batch).backward()
+    assert model.net.parameters().__next__().grad.abs().sum() > 0
+    with pytest.raises(InputError, match="ratio_consistency must be positive"):
+        SOPPlus(network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2),
+                ratio_consistency=0.0)  # fmt: skip
 
 
 # -------------------------------------------------------------------------------- CORES²
