@@ -14,7 +14,7 @@ SELFIE and the work after it score it.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -182,7 +182,7 @@ class Animal10NDataModule(ImageFileDataModule):
             extra={"clean_known": 0},
         )
 
-    def data_info(self) -> dict[str, Any]:
-        """Split sizes, skipped images per split and the noise rate SELFIE's authors estimate
-        (``published_rate``)."""
-        return {**super().data_info(), "published_rate": PUBLISHED_RATE}
+    def published_noise_rate(self) -> float:
+        """The noise rate SELFIE's authors estimate for the dataset (``noise.rate_published``
+        in results.json, as CIFAR-N's)."""
+        return PUBLISHED_RATE

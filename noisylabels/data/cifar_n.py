@@ -172,9 +172,12 @@ class _CIFARNMixin:
         (``rate_published``, a fraction; ``None`` where none is published) beside the measured
         ``rate_actual``."""
         info = super().noise_info()  # type: ignore[misc]
+        return {**info, "label_set": self.label_set, "rate_published": self.published_noise_rate()}
+
+    def published_noise_rate(self) -> float | None:
+        """The CIFAR-N paper's rate of the label set, as a fraction (``None``: not given)."""
         rate = self.published_rates.get(self.label_set)
-        published = None if rate is None else rate / 100.0
-        return {**info, "label_set": self.label_set, "rate_published": published}
+        return None if rate is None else rate / 100.0
 
     def data_info(self) -> dict[str, Any]:
         """Split sizes, the label set and the label file read."""

@@ -356,11 +356,21 @@ class NoisyDataModule(L.LightningDataModule):
         """Summary of the noise for results and logs, from the label source (synthetic: type,
         nominal and actual rate, seed; file: the file, key and measured rate; real: the rate
         over the samples with a known clean label). ``seed`` is the noise seed, which also
-        seeds the train/val split."""
+        seeds the train/val split. Real noise whose rate its authors publish also records
+        that rate (``rate_published``, a fraction; :meth:`published_noise_rate`)."""
         assert self.label_source is not None, "call setup() first"
         info = self.label_source.noise_info()
         info.setdefault("seed", self.noise_seed)
+        published = self.published_noise_rate()
+        if published is not None:
+            info["rate_published"] = published
         return info
+
+    def published_noise_rate(self) -> float | None:
+        """The noise rate the dataset's authors publish for the labels the run trains on (a
+        fraction), or ``None`` (default: none published, or synthetic noise, whose rate is
+        ``rate_nominal``). Recorded as ``noise.rate_published``, one name for every dataset."""
+        return None
 
     def noise_state(self) -> dict[str, Any]:
         """Everything needed to re-create the noise exactly (saved as ``noise.pt``), plus the
