@@ -94,8 +94,8 @@ class NoisyDataModule(L.LightningDataModule):
         strong_augment: the policy of the strong views: ``autoaugment-cifar10`` (the default
             where ``strong_views`` > 0: AutoAugment's CIFAR-10 policy with the SOP+
             reference's magnitudes). Refused without strong views.
-        cutout: side in pixels of the square Cutout zeroes in every strong view after the
-            normalization (default 0 where ``strong_views`` > 0: none; SOP+'s CIFAR
+        cutout: side in pixels (even) of the square Cutout zeroes in every strong view after
+            the normalization (default 0 where ``strong_views`` > 0: none; SOP+'s CIFAR
             reference: 16). Refused without strong views.
 
     Subclasses declare their facts as class attributes (``name``, ``num_classes``,
@@ -540,14 +540,18 @@ def check_strong_options(
     """``(strong_views, strong_augment, cutout)`` resolved, or an :class:`InputError` for a
     bad value and for a policy or Cutout given without strong views (it would change
     nothing)."""
-    if isinstance(strong_views, bool) or int(strong_views) != strong_views or strong_views < 0:
+    if not _whole(strong_views) or strong_views < 0:
         raise InputError(f"--data.strong_views must be an integer >= 0, got {strong_views!r}")
     if strong_augment is not None and strong_augment not in POLICIES:
         raise InputError(
             f"--data.strong_augment must be one of {', '.join(POLICIES)}, got {strong_augment!r}"
         )
-    if cutout is not None and (isinstance(cutout, bool) or int(cutout) != cutout or cutout < 0):
-        raise InputError(f"--data.cutout must be an integer >= 0 (pixels), got {cutout!r}")
+    if cutout is not None and (not _whole(cutout) or cutout < 0 or cutout % 2):
+        raise InputError(
+            f"--data.cutout must be an even number of pixels >= 0, got {cutout!r}: the "
+            "square spans centre - side/2 to centre + side/2 (the reference's Cutout, whose "
+            "odd sides cut one pixel less)"
+        )
     if int(strong_views) == 0:
         for name, value in (("strong_augment", strong_augment), ("cutout", cutout)):
             if value is not None:
@@ -558,6 +562,13 @@ def check_strong_options(
                     f"--data.{name}"
                 )
     return int(strong_views), strong_augment or POLICIES[0], int(cutout or 0)
+
+
+def _whole(value: Any) -> bool:
+    """An integer, not a bool (a float with an integer value, as YAML may give, counts)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) and int(value) == value
 
 
 def strong_views(

@@ -17,20 +17,26 @@ each view an independent draw of
    (``data_loader/augmentations.py:204-228``, applied after the normalization as in
    ``data_loader/data_loaders.py:56-57``).
 
-The operations act on pixel values 0-255 and keep them integers, as on the reference's 8-bit
-PIL images: the geometric ones sample the nearest pixel at the centre of every output pixel
-(PIL's ``NEAREST``) with black outside the image; AutoContrast, Equalize and the blends
-(Contrast, Color, Brightness, Sharpness) follow PIL's ``ImageOps`` and ``ImageEnhance``
-definitions. Every image draws its sub-policy, its probabilities, its signs and its Cutout
-independently, with ``torch.where`` over the batch: no host synchronization, no loop over
-images. The draws are those of a counter-based generator (:class:`SampleRandom`) keyed by the
-run's seed, the epoch, the view and the sample's dataset index, not by a position in a random
-stream: a sample's strong view of an epoch is the same whatever the batch it is in, the number
-of processes (DDP) or a resume.
+The operations act on pixel values 0-255 and keep them integers, as on the reference's 8-bit PIL
+images: the geometric ones sample the nearest pixel at the centre of every output pixel (PIL's
+``NEAREST``) with black outside the image (a rotation of a 224-pixel image takes another pixel
+than PIL's step-by-step coordinates at about 0.1 % of its pixels; exact at 28 and 32);
+AutoContrast, Equalize and the blends (Contrast, Color, Brightness, Sharpness) follow PIL's
+``ImageOps`` and ``ImageEnhance`` definitions. Every image draws its sub-policy, its
+probabilities, its signs and its Cutout independently, with ``torch.where`` over the batch: no
+host synchronization, no loop over images. The policy's and Cutout's draws are those of a
+counter-based generator (:class:`SampleRandom`) keyed by the run's seed, the epoch, the view and
+the sample's dataset index, not by a position in a random stream: they are the same for a sample
+whatever the batch it is in, the number of processes (DDP) or a resume. The crop and flip of
+step 2 are drawn as the weak views' are (independently of them, from the device's random state).
+
+On CIFAR-100 the reference normalizes its strong view with CIFAR-10's statistics
+(``data_loaders.py:97-102``, its weak view with CIFAR-100's); here both views use the dataset's.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -163,8 +169,10 @@ def magnitude(operation: str, level: int) -> float:
     return 0.0
 
 
+@functools.cache
 def _policy_tables(device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-    """``(25, 2)`` operation indices (into :data:`OPERATIONS`), probabilities and magnitudes."""
+    """``(25, 2)`` operation indices (into :data:`OPERATIONS`), probabilities and magnitudes,
+    made once per device (a copy to a GPU per batch would synchronize with the host)."""
     ops = [[OPERATIONS.index(name) for name, _, _ in sub] for sub in AUTOAUGMENT_CIFAR10]
     probs = [[p for _, p, _ in sub] for sub in AUTOAUGMENT_CIFAR10]
     mags = [[magnitude(name, level) for name, _, level in sub] for sub in AUTOAUGMENT_CIFAR10]
@@ -200,7 +208,7 @@ def autocontrast(x: Tensor) -> Tensor:
     lo = x64.amin(dim=(2, 3), keepdim=True)
     hi = x64.amax(dim=(2, 3), keepdim=True)
     spread = hi - lo
-    scale = 255.0 / spread.clamp_min(1.0)
+    scale = torch.full_like(spread, 255.0) / spread.clamp_min(1.0)  # PIL's 255.0 / (hi - lo)
     scaled = (x64 * scale + (-lo * scale)).floor().clamp(0.0, 255.0).to(x.dtype)
     return torch.where(spread > 0, scaled, x)
 
@@ -225,12 +233,14 @@ def equalize(x: Tensor) -> Tensor:
 def smooth(x: Tensor) -> Tensor:
     """PIL's ``ImageFilter.SMOOTH`` (3x3 kernel 1 1 1 / 1 5 1 / 1 1 1 over 13, rounded) inside
     the image, the border pixels unchanged."""
-    c = x.shape[1]
-    kernel = torch.ones(3, 3, device=x.device, dtype=x.dtype)
-    kernel[1, 1] = 5.0
-    kernel = (kernel / 13.0).expand(c, 1, 3, 3)
-    inner = torch.nn.functional.conv2d(x, kernel, groups=c)
-    inner = torch.floor(inner + 0.5).clamp(0.0, 255.0)
+    h, w = x.shape[2:]
+    if h < 3 or w < 3:
+        return x.clone()  # no inside
+    total = 4.0 * x[:, :, 1:-1, 1:-1]  # the centre's weight 5: once more in the 3x3 sum
+    for dy in range(3):
+        for dx in range(3):
+            total = total + x[:, :, dy : h - 2 + dy, dx : w - 2 + dx]
+    inner = torch.floor(total / 13.0 + 0.5).clamp(0.0, 255.0)  # integer sums: exact
     out = x.clone()
     out[:, :, 1:-1, 1:-1] = inner
     return out
@@ -241,10 +251,10 @@ def affine(x: Tensor, matrix: Tensor) -> Tensor:
     ``(col, row)`` takes the input pixel at ``floor(matrix @ (col + 0.5, row + 0.5, 1))``,
     black where that lies outside the image. ``matrix``: ``(B, 2, 3)``."""
     b, c, h, w = x.shape
-    cols = torch.arange(w, device=x.device, dtype=torch.float32) + 0.5
-    rows = torch.arange(h, device=x.device, dtype=torch.float32) + 0.5
+    cols = torch.arange(w, device=x.device, dtype=torch.float64) + 0.5  # PIL's doubles
+    rows = torch.arange(h, device=x.device, dtype=torch.float64) + 0.5
     gy, gx = torch.meshgrid(rows, cols, indexing="ij")
-    m = matrix.float()
+    m = matrix.double()
     xin = m[:, 0, 0, None, None] * gx + m[:, 0, 1, None, None] * gy + m[:, 0, 2, None, None]
     yin = m[:, 1, 0, None, None] * gx + m[:, 1, 1, None, None] * gy + m[:, 1, 2, None, None]
     xi, yi = torch.floor(xin).long(), torch.floor(yin).long()
@@ -259,17 +269,18 @@ def _geometric_matrix(op: Tensor, value: Tensor, h: int, w: int) -> Tensor:
     the others): Rotate by ``value`` degrees about the centre (PIL's ``rotate``), ShearY
     ``y + value x``, translations by ``value`` pixels."""
     n = op.shape[0]
-    m = torch.zeros(n, 2, 3, device=op.device)
+    m = torch.zeros(n, 2, 3, device=op.device, dtype=torch.float64)
+    value = value.double()
     m[:, 0, 0] = 1.0
     m[:, 1, 1] = 1.0
-    angle = -value * (math.pi / 180.0)
-    cos, sin = torch.cos(angle), torch.sin(angle)
+    angle = -(value * (math.pi / 180.0))  # PIL: -math.radians(v), cos and sin to 15 places
+    cos, sin = torch.cos(angle).round(decimals=15), torch.sin(angle).round(decimals=15)
     cx, cy = w / 2.0, h / 2.0
     rotate = op == OPERATIONS.index("Rotate")
     rot = torch.stack(
         [
-            torch.stack([cos, sin, cx - cos * cx - sin * cy], 1),
-            torch.stack([-sin, cos, cy + sin * cx - cos * cy], 1),
+            torch.stack([cos, sin, (cos * -cx + sin * -cy + 0.0) + cx], 1),
+            torch.stack([-sin, cos, (-sin * -cx + cos * -cy + 0.0) + cy], 1),
         ],
         1,
     )
@@ -333,9 +344,9 @@ def autoaugment_cifar10(images: Tensor, random: SampleRandom) -> Tensor:
 
 
 def cutout(images: Tensor, length: int, random: SampleRandom) -> Tensor:
-    """Zero a ``length`` x ``length`` square of every image at a uniformly drawn centre (from
-    ``random``, streams 5-6), clipped at the borders (rows ``[y - length // 2,
-    y + length // 2)``, likewise columns)."""
+    """Zero a ``length`` x ``length`` square (``length`` even) of every image at a uniformly
+    drawn centre (from ``random``, streams 5-6), clipped at the borders (rows
+    ``[y - length // 2, y + length // 2)``, likewise columns)."""
     if length <= 0:
         return images
     n, _, h, w = images.shape

@@ -13,7 +13,14 @@ import torch
 
 from noisylabels.callbacks import SubsetStatistics
 from noisylabels.data import DigitsDataModule
-from noisylabels.methods import CoTeaching, CoTeachingPlus, Forward, JoCoR, NoisyLabelMethod
+from noisylabels.methods import (
+    CoTeaching,
+    CoTeachingPlus,
+    Forward,
+    JoCoR,
+    NoisyLabelMethod,
+    SOPPlus,
+)
 from noisylabels.run import WarmupAwareCheckpoint, fit_and_test
 
 pytestmark = pytest.mark.cuda
@@ -52,7 +59,10 @@ CASES = {
     "CoTeaching": (CoTeaching, {"forget_rate": "estimate", "ramp_epochs": 1}),
     "CoTeachingPlus-VRNL": (CoTeachingPlus, {"alpha": 0.1, "forget_rate": 0.3, "ramp_epochs": 1}),
     "JoCoR-VRNL": (JoCoR, {"alpha": 0.1, "forget_rate": 0.3, "co_lambda": 0.5}),
+    "SOPPlus-VRNL": (SOPPlus, {"alpha": 0.1}),  # the strong views' policy and Cutout too
 }
+DATA = {"SOPPlus-VRNL": {"strong_views": 1, "cutout": 4}}
+"""Data options of a case beyond the digits' defaults."""
 
 
 @pytest.mark.parametrize("compile", [True, False], ids=["cuda-graphs", "eager"])
@@ -60,7 +70,7 @@ CASES = {
 def test_steady_state_training_never_synchronizes(name: str, compile, tmp_path: Path) -> None:
     cls, kwargs = CASES[name]
     L.seed_everything(0)
-    dm = DigitsDataModule(noise_rate=0.3, batch_size=128)  # on_device auto: on the GPU
+    dm = DigitsDataModule(noise_rate=0.3, batch_size=128, **DATA.get(name, {}))  # on the GPU
     model: NoisyLabelMethod = cls(
         network={"backbone": "mlp"},
         input_shape=(1, 8, 8),
