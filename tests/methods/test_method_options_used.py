@@ -268,21 +268,17 @@ def test_every_method_takes_exactly_the_views_it_trains_on(name: str, monkeypatc
     needed, strong = type(method).views_needed, type(method).strong_views_needed
     labels = torch.zeros(4, dtype=torch.long)
     facts = synthetic_facts(10, labels, labels, torch.arange(4), 0.2)
-    for views in range(1, 4):
-        served = dataclasses.replace(facts, views=views, strong_views=strong)
+    cases = [({"views": v, "strong_views": strong}, v == needed, "views") for v in range(1, 4)]
+    cases += [  # and the strong views (SOP+)
+        ({"views": needed, "strong_views": s}, s == strong, "strong_views") for s in range(3)
+    ]
+    for served_views, accepted, option in cases:
+        served = dataclasses.replace(facts, **served_views)
         monkeypatch.setattr(method, "data_facts", lambda served=served: served)
-        if views == needed:
+        if accepted:
             method.check_views()
             continue
-        with pytest.raises(InputError, match=r"--data\.views"):
-            method.check_views()
-    for strong_views in range(3):  # and the strong views (SOP+)
-        served = dataclasses.replace(facts, views=needed, strong_views=strong_views)
-        monkeypatch.setattr(method, "data_facts", lambda served=served: served)
-        if strong_views == strong:
-            method.check_views()
-            continue
-        with pytest.raises(InputError, match=r"--data\.strong_views"):
+        with pytest.raises(InputError, match=rf"--data\.{option}"):
             method.check_views()
 
 

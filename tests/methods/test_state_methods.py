@@ -111,6 +111,20 @@ def sop(**kwargs) -> SOP:
     return model
 
 
+def sop_reference(model: SOP, logits: torch.Tensor, index: list[int], labels: list[int]):
+    """The reference's SOP loss per sample, its corrected prediction q and (y, U, V, hard),
+    computed here from model's u and v."""
+    eps = 1e-4
+    y = torch.eye(C)[labels]
+    U = (model.u.detach()[index] ** 2 * y).clamp(0, 1)
+    V = (model.v.detach()[index] ** 2 * (1 - y)).clamp(0, 1)
+    q = (torch.softmax(logits, 1) + U - V).clamp(min=eps)
+    q = (q / q.sum(1, keepdim=True).clamp(min=eps)).clamp(eps, 1)
+    hard = torch.eye(C)[logits.argmax(1)]
+    losses = -(y * q.log()).sum(1) + ((hard + U - V - y) ** 2).sum(1)
+    return losses, q, (y, U, V, hard)
+
+
 def test_sop_step_is_the_references_loss_of_u_and_v() -> None:
     """l_i = -<y, log q> + ||onehot(argmax z) + U - V - y||², q the prediction plus U - V
     floored, L1-normalized and clamped; the objective is VRNL's of these l_i."""
@@ -123,14 +137,7 @@ def test_sop_step_is_the_references_loss_of_u_and_v() -> None:
     logits = model(batch["image"]).detach()
     objective = model.training_objective(batch)
 
-    eps = 1e-4
-    y = torch.eye(C)[labels]
-    U = (model.u.detach()[index] ** 2 * y).clamp(0, 1)
-    V = (model.v.detach()[index] ** 2 * (1 - y)).clamp(0, 1)
-    q = (torch.softmax(logits, 1) + U - V).clamp(min=eps)
-    q = (q / q.sum(1, keepdim=True).clamp(min=eps)).clamp(eps, 1)
-    hard = torch.eye(C)[logits.argmax(1)]
-    expected = -(y * q.log()).sum(1) + ((hard + U - V - y) ** 2).sum(1)
+    expected, q, (y, U, V, hard) = sop_reference(model, logits, index, labels)
     [step] = model._steps
     torch.testing.assert_close(step.losses, expected)
     torch.testing.assert_close(objective, vrnl(expected, ALPHA))
@@ -193,13 +200,7 @@ def test_sopplus_adds_the_weighted_consistency_and_class_balance_terms() -> None
     objective = model.training_objective(batch)
 
     eps = 1e-4
-    y = torch.eye(C)[labels]
-    U = (model.u.detach()[index] ** 2 * y).clamp(0, 1)
-    V = (model.v.detach()[index] ** 2 * (1 - y)).clamp(0, 1)
-    q = (torch.softmax(logits, 1) + U - V).clamp(min=eps)
-    q = (q / q.sum(1, keepdim=True).clamp(min=eps)).clamp(eps, 1)
-    hard = torch.eye(C)[logits.argmax(1)]
-    sop_losses = -(y * q.log()).sum(1) + ((hard + U - V - y) ** 2).sum(1)
+    sop_losses, q, _ = sop_reference(model, logits, index, labels)
     p, p_strong = torch.softmax(logits, 1), torch.softmax(strong_logits, 1)
     kl = (p * (p.log() - p_strong.log())).sum(1)
     expected = sop_losses + 0.9 * kl
