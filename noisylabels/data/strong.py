@@ -294,6 +294,14 @@ def _geometric_matrix(op: Tensor, value: Tensor, h: int, w: int) -> Tensor:
     return m
 
 
+def _is_geometric(op: Tensor) -> Tensor:
+    """Where ``op`` (indices into :data:`OPERATIONS`, -1 for none) is a geometric operation."""
+    out = torch.zeros_like(op, dtype=torch.bool)
+    for name in GEOMETRIC:
+        out |= op == OPERATIONS.index(name)
+    return out
+
+
 def _apply(x: Tensor, op: Tensor, value: Tensor, applied: Tensor) -> Tensor:
     """One stage of the sub-policies: image ``i`` gets operation ``op[i]`` at ``value[i]``
     where ``applied[i]``."""
@@ -304,9 +312,7 @@ def _apply(x: Tensor, op: Tensor, value: Tensor, applied: Tensor) -> Tensor:
         mask = (chosen == OPERATIONS.index(name)).view(-1, 1, 1, 1)
         return torch.where(mask, result, current)
 
-    geometric = torch.zeros_like(applied)
-    for name in GEOMETRIC:
-        geometric |= chosen == OPERATIONS.index(name)
+    geometric = _is_geometric(chosen)
     matrix = _geometric_matrix(torch.where(geometric, chosen, -1), value, h, w)
     out = torch.where(geometric.view(-1, 1, 1, 1), affine(x, matrix), x)
     out = pick("Invert", 255.0 - x, out)
@@ -334,10 +340,7 @@ def autoaugment_cifar10(images: Tensor, random: SampleRandom) -> Tensor:
     for stage in range(2):
         op, p, value = ops[sub, stage], probs[sub, stage], mags[sub, stage]
         applied = random.uniform(1 + 2 * stage) < p
-        signed = torch.zeros_like(applied)
-        for name in GEOMETRIC:
-            signed |= op == OPERATIONS.index(name)
-        flip = signed & (random.uniform(2 + 2 * stage) < 0.5)
+        flip = _is_geometric(op) & (random.uniform(2 + 2 * stage) < 0.5)
         value = torch.where(flip, -value, value)
         x = _apply(x, op, value, applied)
     return x / 255.0
