@@ -210,6 +210,12 @@ FIGURE = re.compile(r"(?<![\w.])[+−-]?\d+\.\d{2,}(?!\w)")
 RECORD_PATH = re.compile(r"results/[\w.-]+(?:/[\w.-]+)*")
 
 UNCHECKED: dict[str, tuple[str, ...]] = {
+    # the replaced records' figures, in the tree of 8db172b (the reading says so)
+    "Table 1, MNIST, Sym-20 %: Forward and VolMinNet, each with and without VRNL": (
+        "98.79",
+        "97.03",
+        "0.03",
+    ),
     "Table 1, MNIST, Sym-50 %: every row under its own protocol": (
         "0.527",
         "0.060",
