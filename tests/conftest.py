@@ -49,6 +49,7 @@ PAIR_PROTOCOLS: dict[str, tuple[str, ...]] = {
     **{f"cifar{n}_sopplus": ("sopplus_cifar",) for n in ("10", "100")},
     "cifar10_dividemix": ("dividemix_cifar",),
     "cifar10_elr": ("elr_cifar10",),
+    "cifar10_elrplus": ("elrplus_cifar",),
     **{f"mnist_{m}": ("vrnl_sgd",) for m in ("gce", "mixup", "sce", "gls", "cal")},
     **{
         f"clothing1m_{m}": ("vrnl_sgd",)

@@ -31,7 +31,7 @@ from noisylabels.methods.coteaching import CoTeaching
 from noisylabels.methods.coteachingplus import CoTeachingPlus
 from noisylabels.methods.decoupling import Decoupling
 from noisylabels.methods.dividemix import DivideMix
-from noisylabels.methods.elr import ELR
+from noisylabels.methods.elr import ELR, ELRPlus
 from noisylabels.methods.fdivergence import FDivergence
 from noisylabels.methods.forward import Forward
 from noisylabels.methods.gce import GCE
@@ -61,6 +61,7 @@ __all__ = [
     "Decoupling",
     "DivideMix",
     "ELR",
+    "ELRPlus",
     "EpochStatistics",
     "FDivergence",
     "Forward",

@@ -391,18 +391,6 @@ class DivideMix(NoisyLabelMethod):
             extra = extra + (prior * torch.log(prior / mean_pred)).sum()
         return self.vrnl(l_x, own_logits, batch, used=labeled, network=k, extra=extra)
 
-    # ---------------------------------------------------------------- evaluation
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        """``val/acc`` and ``val/loss`` of the averaged logits (the method's prediction)
-        against the validation labels, ``val/net1/acc`` of network 1 alone."""
-        images, labels = batch["image"], batch["label"]
-        second = self.network_logits(images, 1)
-        ensemble = self.prediction_logits(images, [self.network_logits(images, 0), second])
-        self.val_loss.update(cross_entropy(ensemble, labels))
-        first, other = self._accuracies("val")
-        first.update(ensemble.argmax(1), labels)
-        other.update(second.argmax(1), labels)
-
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()
         if not self.in_warmup:

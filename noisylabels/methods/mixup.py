@@ -60,6 +60,38 @@ def mixup_loss(logits: Tensor, labels: Tensor, partner_labels: Tensor, lam: Tens
     return lam * cross_entropy(logits, labels) + (1.0 - lam) * cross_entropy(logits, partner_labels)
 
 
+def draw_partners(
+    n: int, capacity: int, world_rank: tuple[int, int], gen: torch.Generator, device: torch.device
+) -> Tensor:
+    """A mixup partner for each of this process's ``n`` samples: positions in the
+    :func:`pool_rows` of the step's batch (of ``world_rank = (size, rank)`` processes of at most
+    ``capacity`` samples each), a random bijection of the batch's samples drawn from ``gen``
+    (the same draw on every process, and as one process with the global batch draws it). The
+    keys are drawn on the host and moved to the device with the batch (no synchronization)."""
+    size, rank = world_rank
+    slots = size * capacity
+    count = torch.full((1,), float(n), device=device)
+    counts = gather_rows_with_grad(count, 1) if size > 1 else count  # every process's n
+    # slot j * size + r holds process r's sample j where j < its count
+    valid = (torch.arange(capacity, device=device)[:, None] < counts[None, :]).reshape(-1)
+    keys = torch.rand(slots, generator=gen).to(device, non_blocking=True)
+    shuffled = torch.where(valid, keys, torch.inf).argsort()  # valid slots first, shuffled
+    in_order = torch.argsort((~valid).to(torch.int8), stable=True)  # valid slots first
+    partner = torch.empty_like(in_order)
+    partner[in_order] = shuffled  # a random bijection of the valid slots
+    own = torch.arange(n, device=device) * size + rank
+    return partner[own]
+
+
+def pool_rows(rows: Tensor, capacity: int, size: int) -> Tensor:
+    """The ``(size · capacity, ...)`` rows of the step's batch over ``size`` processes from this
+    process's ``(n, ...)`` rows, without gradient, padded with zeros (one process: its rows,
+    which hold every valid slot)."""
+    if size > 1:
+        return gather_rows_with_grad(rows.detach(), capacity)
+    return rows.detach()
+
+
 class Mixup(NoisyLabelMethod):
     """mixup: cross-entropy on convex combinations of image pairs and of their labels,
     λ ~ Beta(a, a) per batch (Zhang et al. 2018).
@@ -122,29 +154,12 @@ class Mixup(NoisyLabelMethod):
         """This step's partners of this process's ``n`` samples (positions in the
         :meth:`pool` of the batch) and ``λ``. Drawn from the run's seed and the step, the same
         on every process and as one process with the global batch draws them."""
-        size, rank = self._world()
-        capacity = self._capacity(n)
-        slots = size * capacity
-        count = torch.full((1,), float(n), device=device)
-        counts = gather_rows_with_grad(count, 1) if size > 1 else count  # every process's n
-        # slot j * size + r holds process r's sample j where j < its count
-        valid = (torch.arange(capacity, device=device)[:, None] < counts[None, :]).reshape(-1)
         seed = (torch.initial_seed() * 1_000_003 + self.global_step) % 2**63
         gen = torch.Generator().manual_seed(seed)
-        keys = torch.rand(slots, generator=gen).to(device, non_blocking=True)
-        lam = beta_draw(self.mixup_alpha, gen)
-        shuffled = torch.where(valid, keys, torch.inf).argsort()  # valid slots first, shuffled
-        in_order = torch.argsort((~valid).to(torch.int8), stable=True)  # valid slots first
-        partner = torch.empty_like(in_order)
-        partner[in_order] = shuffled  # a random bijection of the valid slots
-        own = torch.arange(n, device=device) * size + rank
-        return partner[own], lam
+        partners = draw_partners(n, self._capacity(n), self._world(), gen, device)
+        return partners, beta_draw(self.mixup_alpha, gen)
 
     def pool(self, rows: Tensor, capacity: int) -> Tensor:
         """The ``(W · capacity, ...)`` rows of the step's (global) batch from this process's
-        ``(n, ...)`` rows, without gradient, padded with zeros (one process: its rows, which
-        hold every valid slot)."""
-        size, _ = self._world()
-        if size > 1:
-            return gather_rows_with_grad(rows.detach(), capacity)
-        return rows.detach()
+        ``(n, ...)`` rows, without gradient (see :func:`pool_rows`)."""
+        return pool_rows(rows, capacity, self._world()[0])

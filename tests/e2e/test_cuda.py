@@ -16,6 +16,7 @@ from noisylabels.data import DigitsDataModule
 from noisylabels.methods import (
     CoTeaching,
     CoTeachingPlus,
+    ELRPlus,
     Forward,
     JoCoR,
     NoisyLabelMethod,
@@ -60,6 +61,7 @@ CASES = {
     "CoTeachingPlus-VRNL": (CoTeachingPlus, {"alpha": 0.1, "forget_rate": 0.3, "ramp_epochs": 1}),
     "JoCoR-VRNL": (JoCoR, {"alpha": 0.1, "forget_rate": 0.3, "co_lambda": 0.5}),
     "SOPPlus-VRNL": (SOPPlus, {"alpha": 0.1}),  # the strong views' policy and Cutout too
+    "ELRPlus-VRNL": (ELRPlus, {"alpha": 0.01}),  # the weight averages, mixup's draw
 }
 DATA = {"SOPPlus-VRNL": {"strong_views": 1, "cutout": 4}}
 """Data options of a case beyond the digits' defaults."""

@@ -1,10 +1,10 @@
-"""The per-sample state of ELR (its targets), SOP (u and v), CORES² (the class prior its
-sieve revises), DivideMix (its division: each network's clean probability of every sample) and
-CAL (D̂, its T̂ and prior, and the class means ℓ̄ of the losses) under DDP is the state of one
-process with the global batch: each process updates its own samples, and the table, the
-parameters' gradients, the sieve's counts, the pass's losses or the sums behind ℓ̄ are combined
-over the processes. And CORES²'s prior, with its sieve at work, is restored exactly on
-resume.
+"""The per-sample state of ELR and ELR+ (their targets; ELR+'s weight averages too), SOP (u and v),
+CORES² (the class prior its sieve revises), DivideMix (its division: each network's clean
+probability of every sample) and CAL (D̂, its T̂ and prior, and the class means ℓ̄ of the
+losses) under DDP is the state of one process with the global batch: each process updates its
+own samples, and the table, the parameters' gradients, the sieve's counts, the pass's losses or
+the sums behind ℓ̄ are combined over the processes. And CORES²'s prior, with its sieve at work,
+is restored exactly on resume.
 
 The registry-driven tests (test_ddp_methods, test_resume_methods) compare results and, on
 resume, the whole state; they run CORES² with its reference schedule, whose sieve starts only at
@@ -41,6 +41,7 @@ CASES = {  # method: (its options, the state compared)
     "CORES": (SIEVE, ("prior",)),
     "DivideMix": (["--data.views", "2"], ("dividemix_clean_prob",)),
     "ELR": ([], ("elr_targets",)),
+    "ELRPlus": ([], ("elr_targets",)),  # and the weight averages, below
     "SOP": ([], ("u", "v")),
     # D̂ from the warm-up model, and ℓ̄ of sums over the processes' samples, β rising over 2
     "CAL": (["--model.beta_start", "0", "--model.beta_ramp_epochs", "2"],
@@ -104,9 +105,14 @@ def test_the_state_under_ddp_is_the_one_process_state(name: str, run_cli, tmp_pa
     if name == "DivideMix":  # each network's division of the training split, some labeled
         division = states[0]["dividemix_clean_prob"][:, read_train_indices(root)]
         assert (division > 0.5).any(1).all() and (division <= 0.5).any(1).all()
-    if name == "ELR":  # process 0 holds the target of every training sample, its own or not
-        moved = states[0]["elr_targets"].sum(1) > 0
-        assert int(moved.sum()) == ddp["data"]["sizes"]["train"]
+    if name.startswith("ELR"):  # process 0 holds every network's target of every training
+        moved = states[0]["elr_targets"].sum(-1) > 0  # sample, its own or not
+        assert (moved.reshape(-1, moved.shape[-1]).sum(1) == ddp["data"]["sizes"]["train"]).all()
+    if name == "ELRPlus":  # the averages of the networks' weights follow the same steps
+        averages = [key for key in states[1] if key.startswith("averages.")]
+        assert averages
+        for key in averages:
+            torch.testing.assert_close(states[0][key], states[1][key], atol=1e-4, rtol=1e-3)
 
 
 def read_train_indices(root: Path) -> torch.Tensor:

@@ -24,12 +24,14 @@ from noisylabels.methods import (
     CAL,
     CDR,
     CE,
+    ELR,
     GCE,
     GLS,
     SCE,
     SOP,
     Backward,
     CoTeaching,
+    ELRPlus,
     FDivergence,
     Forward,
     Mixup,
@@ -114,6 +116,7 @@ METHODS = {
     "FDivergence-JS": (FDivergence, {"divergence": "jensen_shannon"}),  # peers from the step
     "CAL": (CAL, {"schedule": {"warmup_epochs": 1}}),  # the CORES² warm-up, then D̂'s term
     "SOPPlus": (SOPPlus, {}),  # u, v, both views in one pass, the balance term
+    "ELRPlus": (ELRPlus, {}),  # two networks, the averages' targets, mixup
 }
 MAIN_STATES = {  # what a checkpoint of a method's own stage holds beyond T: CAL's D̂ and ℓ̄
     "CAL": {
@@ -142,6 +145,8 @@ def test_compiled_step_equals_eager_step(name: str, backend: str) -> None:
             model.store_transition(DIGITS_T)
         if isinstance(model, SOP):
             model.init_parameters(32)  # what setup does for the training set
+        if isinstance(model, ELR):
+            model.init_targets(32)
     assert eager.speed.mode is None and compiled.speed.mode == "default"
     stages = ["warmup", "main"] if compiled.has_warmup_stage else ["main"]
     for stage in stages:

@@ -1,4 +1,5 @@
-"""The methods with per-sample state (ELR's targets, SOP's u and v, CORES²'s class prior): one
+"""The methods with per-sample state (ELR's and ELR+'s targets, SOP's u and v, CORES²'s class
+prior): one
 training step's per-sample losses and VRNL objective on fixed inputs equal the papers' formulas,
 computed here independently; the state moves as the references move it and survives a
 checkpoint."""
@@ -10,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from noisylabels.errors import InputError
-from noisylabels.methods import CORES, ELR, SOP, SOPPlus
+from noisylabels.methods import CORES, ELR, SOP, ELRPlus, SOPPlus
+from noisylabels.methods import elr as elr_module
 
 C, N = 4, 10
 ALPHA = 0.1
@@ -99,6 +101,129 @@ def test_elr_targets_are_in_the_state_dict_and_come_back() -> None:
     other.load_state_dict(state)
     assert torch.equal(other.targets[:-1], model.targets[:-1])
     assert other.targets.shape == (N + 1, C)
+
+
+# ---------------------------------------------------------------------------------- ELR+
+def elr_plus(**kwargs) -> ELRPlus:
+    torch.manual_seed(0)
+    model = ELRPlus(
+        network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs
+    )
+    model.init_targets(N)
+    return model
+
+
+PARTNERS, DRAWN_LAMBDA = [2, 0, 3, 1], 0.3  # a fixed mixup draw: λ' = max(λ, 1 - λ) = 0.7
+
+
+def fixed_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(elr_module, "draw_partners", lambda *a: torch.tensor(PARTNERS))
+    monkeypatch.setattr(elr_module, "beta_draw", lambda *a: DRAWN_LAMBDA)
+
+
+@pytest.mark.parametrize("label_times_target", [False, True])
+def test_elr_plus_step_is_the_references_loss(
+    monkeypatch: pytest.MonkeyPatch, label_times_target: bool
+) -> None:
+    """shengliu66/ELR ELR_plus/model/loss.py:23-41, trainer/trainer.py:96-112, 344-356: each
+    network's targets move toward the *other* network's average's prediction of the unmixed
+    batch; the network trains on the mixed batch against the mixed labels (times the mixed
+    targets, renormalized, where the reference has 100 classes) plus the ramped regularizer."""
+    fixed_draw(monkeypatch)
+    beta, lam, ramp_steps = 0.9, 7.0, 10
+    model = elr_plus(beta=beta, lam=lam, coef_rampup_steps=ramp_steps,
+                     label_times_target=label_times_target)  # fmt: skip
+    index, labels = [3, 7, 1, 5], [0, 2, 3, 3]
+    batch = batch_of(index, labels)
+    previous = torch.rand(2, N + 1, C)
+    model.targets = previous.clone()
+    x, mix = batch["image"], 0.7
+    with torch.no_grad():
+        average_probs = [torch.softmax(model.averages[1 - k](x), 1) for k in range(2)]
+        mixed_x = mix * x + (1 - mix) * x[PARTNERS]
+        logits = [model.network_logits(mixed_x, k) for k in range(2)]
+    objective = model.training_objective(batch)
+
+    onehot = F.one_hot(torch.tensor(labels), C).float()
+    y = mix * onehot + (1 - mix) * onehot[PARTNERS]
+    ramp = float(torch.exp(torch.tensor(-5.0 * (1 - 1 / ramp_steps) ** 2)))  # step 1 of 10
+    expected_objective = torch.tensor(0.0)
+    for k, step in enumerate(model._steps):
+        t = beta * previous[k, index] + (1 - beta) * average_probs[k]
+        torch.testing.assert_close(model.targets[k, index], t)
+        q = mix * t + (1 - mix) * t[PARTNERS]
+        target = y * q / (y * q).sum(1, keepdim=True) if label_times_target else y
+        p = torch.softmax(logits[k], 1).clamp(1e-4, 1 - 1e-4)
+        ce = -(target * torch.log_softmax(logits[k], 1)).sum(1)
+        expected = ce + ramp * lam * torch.log(1 - (q * p).sum(1))
+        assert step.network == k
+        torch.testing.assert_close(step.losses, expected)
+        expected_objective = expected_objective + vrnl(expected, ALPHA)
+    torch.testing.assert_close(objective, expected_objective)
+    others = [i for i in range(N) if i not in index]
+    assert torch.equal(model.targets[:, others], previous[:, others])
+
+
+@pytest.mark.parametrize("rampup", [40000, 0, None])
+def test_elr_plus_averages_follow_the_references_decay(rampup: int | None) -> None:
+    """trainer.py:321-331: ``θ̄ <- a θ̄ + (1 - a) θ`` over the parameters after each step, ``a``
+    the decay ramped up by the sigmoid over ``ema_step`` steps (or ``min(1 - 1/(s + 1), a)``)."""
+    model = elr_plus(ema_decay=0.997, ema_rampup_steps=rampup)
+    before = [[p.clone() for p in avg.parameters()] for avg in model.averages]
+    step = 5
+    model.update_averages(step)
+    if rampup is None:
+        a = min(1 - 1 / (step + 1), 0.997)
+    elif rampup == 0:
+        a = 0.997
+    else:
+        a = 0.997 * float(torch.exp(torch.tensor(-5.0 * (1 - (step + 1) / rampup) ** 2)))
+    for k, average in enumerate(model.averages):
+        params = list(model.networks[k].parameters())
+        for old, new, p in zip(before[k], average.parameters(), params, strict=True):
+            torch.testing.assert_close(new, a * old + (1 - a) * p.detach())
+            assert not new.requires_grad
+    assert sum(p.numel() for p in model.averages.parameters()) == sum(
+        p.numel() for net in model.networks for p in net.parameters()
+    )
+
+
+def test_elr_plus_warmup_is_cross_entropy_and_the_state_comes_back() -> None:
+    """In a warm-up each network's targets follow its own predictions (trainer.py:260-279) and
+    its loss is plain cross-entropy; the two tables and the averages are in the state dict."""
+    model = elr_plus(schedule={"warmup_epochs": 1})
+    batch = batch_of([2, 5], [0, 3])
+    model.training_objective(batch)
+    for k, step in enumerate(model._steps):
+        logits = model.network_logits(batch["image"], k).detach()
+        torch.testing.assert_close(model.targets[k, [2, 5]], 0.3 * torch.softmax(logits, 1))
+        torch.testing.assert_close(step.losses, F.cross_entropy(logits, batch["label"],
+                                                                reduction="none"))  # fmt: skip
+    state = model.state_dict()
+    assert state["elr_targets"].shape == (2, N, C)
+    other = elr_plus()
+    with torch.no_grad():
+        for p in other.averages.parameters():
+            p.add_(1.0)
+    other.load_state_dict(state)
+    assert torch.equal(other.targets, model.targets)
+    for a, b in zip(other.averages.parameters(), model.averages.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("ema_decay", 1.0, "ema_decay must be in"),
+        ("ema_rampup_steps", -1, "ema_rampup_steps must be a whole number"),
+        ("ema_rampup_steps", 2.5, "ema_rampup_steps must be a whole number"),
+        ("coef_rampup_steps", None, "coef_rampup_steps must be a whole number"),
+        ("mixup_alpha", float("nan"), "mixup_alpha must be a finite number"),
+    ],
+)
+def test_elr_plus_refuses_bad_options(option: str, value: object, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        elr_plus(**{option: value})
 
 
 # ---------------------------------------------------------------------------------- SOP

@@ -488,7 +488,12 @@ class NoisyLabelMethod(StagedModule):
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """Every network's accuracy of ``noisy_posterior(p)`` against noisy labels (of ``p`` in a
-        warm-up or on clean validation labels), and network 0's stage loss."""
+        warm-up or on clean validation labels), and network 0's stage loss. With
+        :attr:`ensemble_prediction`: ``val/acc`` and ``val/loss`` (cross-entropy) of the
+        method's prediction, the averaged logits, and each further network's accuracy."""
+        if self.ensemble_prediction:
+            self.ensemble_validation_step(batch)
+            return
         facts = self.data_facts()
         noisy = not (self.in_warmup or (facts is not None and facts.clean_validation))
         for k, accuracy in enumerate(self._accuracies("val")):
@@ -499,6 +504,15 @@ class NoisyLabelMethod(StagedModule):
             if noisy:
                 probs = self.noisy_posterior(probs, batch.get("index"))
             accuracy.update(probs.argmax(1), batch["label"])
+
+    def ensemble_validation_step(self, batch: dict[str, Tensor]) -> None:
+        """Validation of a method whose prediction averages its networks' logits."""
+        images, labels = batch["image"], batch["label"]
+        logits = [self.network_logits(images, k) for k in range(len(self.networks))]
+        ensemble = self.prediction_logits(images, logits)
+        self.val_loss.update(cross_entropy(ensemble, labels))
+        for k, accuracy in enumerate(self._accuracies("val")):
+            accuracy.update((ensemble if k == 0 else logits[k]).argmax(1), labels)
 
     def on_validation_epoch_end(self) -> None:
         self.record_warmup_score(self.val_acc.compute())
