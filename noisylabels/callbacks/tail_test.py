@@ -26,9 +26,9 @@ class TailTest(L.Callback):
     training): the method's prediction (``test/acc``), then each further network
     (``test/net{k}/acc``).
 
-    An epoch's figure is the mean over the method's networks where each network predicts on
-    its own (the two-network references' metric), its prediction's where the method predicts
-    with its networks together (``ensemble_prediction``: DivideMix). The tail is the run's last
+    An epoch's figure is the mean over the method's networks where each network predicts on its
+    own (the two-network references' metric), its prediction's where the method predicts with
+    its networks together (``ensemble_prediction``: DivideMix, ELR+). The tail is the run's last
     ``epochs`` epochs as it ends: records of epochs outside them (a resumed run given another
     ``max_epochs``, a finished run continued) are dropped, and a tail missing one of them has no
     mean.

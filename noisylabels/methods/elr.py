@@ -265,6 +265,18 @@ class ELRPlus(ELR):
             net.requires_grad_(False)
         self.averages = nn.ModuleList(averages)
 
+    def inert_options(self) -> list[tuple[str, str]]:
+        """The decay's ramp where the decay is 0, the regularizer's options where its weight
+        is 0."""
+        inert = super().inert_options()
+        hp = self.hparams
+        if float(hp.ema_decay) == 0.0:
+            inert.append(("ema_rampup_steps", "ema_decay is 0: the averages copy the networks"))
+        if float(hp.lam) == 0.0:
+            reason = "lam is 0: there is no regularizer to ramp up or clamp"
+            inert += [("coef_rampup_steps", reason), ("clamp", reason)]
+        return inert
+
     # ---------------------------------------------------------------- the schedule
     def step_number(self) -> int:
         """``s``: the 1-based number of this training batch in the run."""
@@ -297,8 +309,8 @@ class ELRPlus(ELR):
             return cross_entropy(logits, batch["label"])
         q = batch[TARGET_KEY]
         if self.label_times_target:
-            soft = soft * q
-            soft = soft / soft.sum(1, keepdim=True)
+            soft = soft * q  # a row that underflows to 0 stays 0 (the reference's 0/0 is nan)
+            soft = soft / soft.sum(1, keepdim=True).clamp_min(torch.finfo(soft.dtype).tiny)
         ce = -(soft * F.log_softmax(logits.float(), dim=1)).sum(1)
         inner = (q * self.clamped_probs(logits)).sum(1)
         return ce + batch[RAMP_KEY] * self.hparams.lam * torch.log(1.0 - inner)

@@ -34,6 +34,10 @@ WARM = {"warmup_epochs": 1, "main_epochs": STAGE - 1, "milestones": ()}
 REFUSED = [
     ("CE", {"alpha": 0.0, "variance_scope": "local"}, "variance_scope", {"alpha": 0.0}),
     ("ELR", {"alpha": 0.0, "weight_warning": 0.5}, "weight_warning", {"alpha": 0.0}),
+    ("ELRPlus", {"ema_decay": 0.0, "ema_rampup_steps": 100}, "ema_rampup_steps",
+     {"ema_decay": 0.0}),
+    ("ELRPlus", {"lam": 0.0, "coef_rampup_steps": 100}, "coef_rampup_steps", {"lam": 0.0}),
+    ("ELRPlus", {"lam": 0.0, "clamp": 1e-3}, "clamp", {"lam": 0.0}),
     ("Forward", {"alpha": 0.0, "vrnl_form": "bounded"}, "vrnl_form", {"alpha": 0.0}),
     (
         "CE",

@@ -50,7 +50,7 @@ class StagedModule(L.LightningModule):
     #: the name the clean test accuracy is logged under (``run.fit_and_test`` tests the
     #: last-epoch model as ``test/acc_last`` before the selected checkpoint as ``test/acc``)
     test_metric: str = "test/acc"
-    #: the method predicts with the mean logits of its networks (DivideMix); otherwise each
+    #: the method predicts with the mean logits of its networks (DivideMix, ELR+); otherwise each
     #: network predicts on its own and the method's prediction is network 0's
     ensemble_prediction: bool = False
     __setattr__ = module_setattr  # Lightning's per-hook bookkeeping without nn.Module's checks
