@@ -35,9 +35,10 @@ def vrnl(losses: torch.Tensor, alpha: float) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------- ELR
-def elr(**kwargs) -> ELR:
+def elr(cls: type[ELR] = ELR, **kwargs) -> ELR:
+    """An ELR (or ELR+) on 2x2 inputs with the target table of N samples."""
     torch.manual_seed(0)
-    model = ELR(
+    model = cls(
         network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs
     )
     model.init_targets(N)
@@ -105,12 +106,7 @@ def test_elr_targets_are_in_the_state_dict_and_come_back() -> None:
 
 # ---------------------------------------------------------------------------------- ELR+
 def elr_plus(**kwargs) -> ELRPlus:
-    torch.manual_seed(0)
-    model = ELRPlus(
-        network={"backbone": "mlp"}, num_classes=C, input_shape=(1, 2, 2), alpha=ALPHA, **kwargs
-    )
-    model.init_targets(N)
-    return model
+    return elr(ELRPlus, **kwargs)
 
 
 PARTNERS, DRAWN_LAMBDA = [2, 0, 3, 1], 0.3  # a fixed mixup draw: λ' = max(λ, 1 - λ) = 0.7
