@@ -113,7 +113,6 @@ from torch import Tensor, nn
 
 from noisylabels.errors import InputError
 from noisylabels.methods.core.base import NoisyLabelMethod
-from noisylabels.methods.core.distributed import world
 from noisylabels.methods.core.evaluation import training_pass
 from noisylabels.methods.core.stages import StageSchedule
 
@@ -469,7 +468,7 @@ class CAL(NoisyLabelMethod):
         counts = torch.zeros(c + 1, device=labels.device)
         counts.index_add_(0, classes, used.float())
         counts[c] = float(len(labels))
-        size, _ = world() if self.variance_scope == "global" else (1, 0)
+        size, _ = self.batch_world()
         if size > 1:
             dist.all_reduce(counts, op=dist.ReduceOp.SUM)
         scale = counts[c] * self.distilled_prior[classes] / counts[classes].clamp_min(1.0)

@@ -324,10 +324,8 @@ class DivideMix(NoisyLabelMethod):
         under DDP with the global variance scope) batch's rows, ``λ' = max(λ, 1 - λ)``, and the
         pool's capacity per view. Drawn from the run's seed, the step and ``k``; the same on
         every process, and as one process with the global batch draws them."""
-        size, rank = world() if self.variance_scope == "global" else (1, 0)
-        facts = self.data_facts()
-        capacity = n if facts is None or facts.batch_size is None else int(facts.batch_size)
-        capacity = max(capacity, n)
+        size, rank = self.batch_world()
+        capacity = self.batch_capacity(n)
         slots = size * capacity
         count = torch.full((1,), float(n), device=device)
         counts = gather_rows_with_grad(count, 1) if size > 1 else count  # every process's n
@@ -351,7 +349,7 @@ class DivideMix(NoisyLabelMethod):
         """The ``(2 · W · capacity, ...)`` pool of the global batch's rows from this process's
         ``(2n, ...)`` rows (view 0 of its samples, then view 1), no gradient."""
         n = len(rows) // 2
-        size = world()[0] if self.variance_scope == "global" else 1
+        size = self.batch_world()[0]
         parts = []
         for view in rows[:n], rows[n:]:
             if size > 1:

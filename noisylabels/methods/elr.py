@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from noisylabels.errors import InputError
 from noisylabels.methods.core.base import NoisyLabelMethod
-from noisylabels.methods.core.distributed import gather_updates, world
+from noisylabels.methods.core.distributed import gather_updates
 from noisylabels.methods.core.losses import cross_entropy
 from noisylabels.methods.mixup import beta_draw, draw_partners, pool_rows
 
@@ -338,33 +338,40 @@ class ELRPlus(ELR):
         ramp = sigmoid_rampup(step, int(self.hparams.coef_rampup_steps))
         ramp_t = torch.tensor(ramp, dtype=torch.float32).to(images.device, non_blocking=True)
         onehot = F.one_hot(batch["label"], self.num_classes).float()
+        # the step's (global) batch of images and labels, pooled once for both networks' mixup
+        pools = []
+        if float(self.hparams.mixup_alpha) > 0:
+            capacity, size = self.batch_capacity(len(images)), self.batch_world()[0]
+            pools = [pool_rows(rows, capacity, size) for rows in (images, onehot)]
         return torch.stack(
-            [self.mixed_objective(batch, onehot, new[k], ramp_t, k) for k in range(2)]
+            [self.mixed_objective(batch, onehot, new[k], pools, ramp_t, k) for k in range(2)]
         ).sum()
 
     def mixed_objective(
-        self, batch: dict[str, Tensor], onehot: Tensor, targets: Tensor, ramp: Tensor, k: int
+        self,
+        batch: dict[str, Tensor],
+        onehot: Tensor,
+        targets: Tensor,
+        pools: list[Tensor],
+        ramp: Tensor,
+        k: int,
     ) -> Tensor:
-        """Network ``k``'s VRNL objective of the mixed batch (class docstring)."""
+        """Network ``k``'s VRNL objective of the mixed batch (class docstring); ``pools``:
+        the step's pooled images and one-hot labels."""
         images = batch["image"]
-        n = len(images)
-        mixed_batch = {**batch, SOFT_LABEL_KEY: onehot, TARGET_KEY: targets, RAMP_KEY: ramp}
+        rows = {"image": images, SOFT_LABEL_KEY: onehot, TARGET_KEY: targets}
+        mixed_batch = {**batch, **rows, RAMP_KEY: ramp}
         a = float(self.hparams.mixup_alpha)
         if a > 0:
-            size, rank = world() if self.variance_scope == "global" else (1, 0)
-            facts = self.data_facts()
-            capacity = n if facts is None or facts.batch_size is None else int(facts.batch_size)
-            capacity = max(capacity, n)
+            n, capacity = len(images), self.batch_capacity(len(images))
             seed = ((torch.initial_seed() * 1_000_003 + self.global_step) * 2 + k) % 2**63
             gen = torch.Generator().manual_seed(seed)
-            partners = draw_partners(n, capacity, (size, rank), gen, images.device)
+            partners = draw_partners(n, capacity, self.batch_world(), gen, images.device)
             lam = beta_draw(a, gen)
             lam = max(lam, 1.0 - lam)
-            pooled = [pool_rows(rows, capacity, size)[partners] for rows in (images, onehot)]
-            mixed_batch["image"] = lam * images + (1.0 - lam) * pooled[0]
-            mixed_batch[SOFT_LABEL_KEY] = lam * onehot + (1.0 - lam) * pooled[1]
-            partner_targets = pool_rows(targets, capacity, size)[partners]
-            mixed_batch[TARGET_KEY] = lam * targets + (1.0 - lam) * partner_targets
+            target_pool = pool_rows(targets, capacity, self.batch_world()[0])
+            for key, pool in zip(rows, [*pools, target_pool], strict=True):
+                mixed_batch[key] = lam * rows[key] + (1.0 - lam) * pool[partners]
         logits = self.network_logits(mixed_batch["image"], k)
         losses = self.stage_loss_fn(logits, mixed_batch)
         return self.vrnl(losses, logits, batch, network=k)

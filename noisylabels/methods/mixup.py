@@ -36,7 +36,7 @@ from torch import Tensor
 
 from noisylabels.errors import InputError
 from noisylabels.methods.core.base import NoisyLabelMethod
-from noisylabels.methods.core.distributed import gather_rows_with_grad, world
+from noisylabels.methods.core.distributed import gather_rows_with_grad
 from noisylabels.methods.core.losses import cross_entropy
 
 PARTNER_KEY = "mixup_partner_label"
@@ -131,7 +131,7 @@ class Mixup(NoisyLabelMethod):
             return super().training_objective(batch)
         images, labels = batch["image"], batch["label"]
         partners, lam = self.mix_draw(len(labels), images.device)
-        capacity = self._capacity(len(labels))
+        capacity = self.batch_capacity(len(labels))
         partner_images = self.pool(images, capacity)[partners]
         partner_labels = self.pool(labels.float(), capacity)[partners].round().long()
         lam_t = torch.tensor(lam, dtype=torch.float32).to(images.device, non_blocking=True)
@@ -141,25 +141,16 @@ class Mixup(NoisyLabelMethod):
         return self.vrnl(self.stage_loss_fn(logits, mixed_batch), logits, batch)
 
     # ---------------------------------------------------------------- the draw
-    def _world(self) -> tuple[int, int]:
-        """``(size, rank)`` of the processes a permutation runs over."""
-        return world() if self.variance_scope == "global" else (1, 0)
-
-    def _capacity(self, n: int) -> int:
-        facts = self.data_facts()
-        capacity = n if facts is None or facts.batch_size is None else int(facts.batch_size)
-        return max(capacity, n)
-
     def mix_draw(self, n: int, device: torch.device) -> tuple[Tensor, float]:
         """This step's partners of this process's ``n`` samples (positions in the
         :meth:`pool` of the batch) and ``λ``. Drawn from the run's seed and the step, the same
         on every process and as one process with the global batch draws them."""
         seed = (torch.initial_seed() * 1_000_003 + self.global_step) % 2**63
         gen = torch.Generator().manual_seed(seed)
-        partners = draw_partners(n, self._capacity(n), self._world(), gen, device)
+        partners = draw_partners(n, self.batch_capacity(n), self.batch_world(), gen, device)
         return partners, beta_draw(self.mixup_alpha, gen)
 
     def pool(self, rows: Tensor, capacity: int) -> Tensor:
         """The ``(W · capacity, ...)`` rows of the step's (global) batch from this process's
         ``(n, ...)`` rows, without gradient (see :func:`pool_rows`)."""
-        return pool_rows(rows, capacity, self._world()[0])
+        return pool_rows(rows, capacity, self.batch_world()[0])

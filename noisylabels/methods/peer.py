@@ -39,7 +39,7 @@ from torch import Tensor
 
 from noisylabels.errors import InputError
 from noisylabels.methods.core.base import NoisyLabelMethod
-from noisylabels.methods.core.distributed import gather_batch, gather_rows_with_grad, world
+from noisylabels.methods.core.distributed import gather_batch, gather_rows_with_grad
 
 EPS = 1e-5
 """Added to the softmax inside both cross-entropies (the reference's "stable" cross-entropy): it
@@ -82,11 +82,9 @@ def draw_random_peers(
     independent random permutations of the (global, under DDP with ``method``'s global variance
     scope) batch. The draw depends on the run's seed, ``method``'s step and the global batch's
     size, not on how it is split over processes (Peer loss, f-divergence)."""
-    size, rank = world() if method.variance_scope == "global" else (1, 0)
+    size, rank = method.batch_world()
     n = len(labels)
-    facts = method.data_facts()
-    capacity = n if facts is None or facts.batch_size is None else int(facts.batch_size)
-    capacity = max(capacity, n)
+    capacity = method.batch_capacity(n)
     if size > 1:
         all_logits = gather_rows_with_grad(logits, capacity)
         all_labels, valid = gather_batch(labels.float()[None], capacity)

@@ -298,6 +298,19 @@ class NoisyLabelMethod(StagedModule):
             self.base_method_name,
         )
 
+    def batch_world(self) -> tuple[int, int]:
+        """``(size, rank)`` of the processes whose batches make the step's batch for a rule
+        that pairs or pools samples (mixup's permutation): every DDP process with the global
+        variance scope, this process alone with the local one."""
+        return world() if self.variance_scope == "global" else (1, 0)
+
+    def batch_capacity(self, n: int) -> int:
+        """The most samples a process's batch holds (the data's batch size, at least this
+        process's ``n``): the rows per process of a pool of the step's batch."""
+        facts = self.data_facts()
+        capacity = n if facts is None or facts.batch_size is None else int(facts.batch_size)
+        return max(capacity, n)
+
     def check_variance_accumulation(self, accumulate_grad_batches: int) -> None:
         """Refuse VRNL with gradient accumulation: the variance would be each accumulated
         part's, and the objective the mean of the parts' ``mean - alpha * Var`` rather than
