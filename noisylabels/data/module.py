@@ -37,7 +37,7 @@ from noisylabels.data.memory import (
     collate_batch,
 )
 from noisylabels.data.samplers import shard_sampler
-from noisylabels.data.strong import POLICIES, POLICY_FUNCTIONS, SampleRandom, cutout
+from noisylabels.data.strong import AFTER_CROP, POLICIES, POLICY_FUNCTIONS, SampleRandom, cutout
 from noisylabels.data.transforms import BatchTransform, evaluation_batches
 from noisylabels.errors import InputError, MissingFileError, NoisyLabelsError
 from noisylabels.noise import (
@@ -93,7 +93,9 @@ class NoisyDataModule(L.LightningDataModule):
             normalization, then ``cutout`` (:mod:`noisylabels.data.strong`).
         strong_augment: the policy of the strong views: ``autoaugment-cifar10`` (the default
             where ``strong_views`` > 0: AutoAugment's CIFAR-10 policy with the SOP+
-            reference's magnitudes). Refused without strong views.
+            reference's magnitudes), ``randaugment-disc-m5`` or ``randaugment-disc-m10``
+            (DISC's RandAugment, two of its 16 operations at levels below 5 or 10 and a grey
+            Cutout of 15 % of the width, on the crop and flip). Refused without strong views.
         cutout: side in pixels (even) of the square Cutout zeroes in every strong view after
             the normalization (default 0 where ``strong_views`` > 0: none; SOP+'s CIFAR
             reference: 16). Refused without strong views.
@@ -584,7 +586,9 @@ def strong_views(
 ) -> Tensor:
     """``(S, B, C, H, W)``: ``views`` (S) strongly augmented, normalized views of a batch:
     ``policy`` (:data:`~noisylabels.data.strong.POLICY_FUNCTIONS`), then the dataset's
-    training augmentation and normalization (``transform``), then Cutout.
+    training augmentation and normalization (``transform``), then Cutout; a policy of
+    :data:`~noisylabels.data.strong.AFTER_CROP` acts on the crop and flip instead, before the
+    normalization.
 
     The policy's and Cutout's draws are keyed by ``seed`` (default: the run's,
     ``torch.initial_seed()``), ``epoch``, the view and the samples' dataset ``index``
@@ -599,7 +603,11 @@ def strong_views(
     for view in range(views):
         image = images[:, view] if images.ndim == 5 else images
         random = SampleRandom(index, seed, epoch, view)
-        augmented = transform(POLICY_FUNCTIONS[policy](image, random), train=True)
+        apply = POLICY_FUNCTIONS[policy]
+        if policy in AFTER_CROP:  # on the crop and flip (DISC's order)
+            augmented = transform.normalize(apply(transform.augmented(image), random))
+        else:
+            augmented = transform(apply(image, random), train=True)
         out.append(cutout(augmented, cutout_length, random))
     return torch.stack(out)
 

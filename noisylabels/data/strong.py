@@ -42,8 +42,11 @@ import math
 import torch
 from torch import Tensor
 
-POLICIES = ("autoaugment-cifar10",)
+POLICIES = ("autoaugment-cifar10", "randaugment-disc-m5", "randaugment-disc-m10")
 """The strong augmentation policies ``--data.strong_augment`` accepts."""
+AFTER_CROP = frozenset({"randaugment-disc-m5", "randaugment-disc-m10"})
+"""The policies that act on the dataset's crop and flip of the image (the others act on the
+image before them)."""
 
 # (operation, probability, level 0-9): AutoAugment's CIFAR-10 policy as the SOP+ reference
 # lists it (augmentation_archive.py:43-69).
@@ -89,8 +92,10 @@ OPERATIONS = (
     "ShearY",
     "TranslateXAbs",
     "TranslateYAbs",
+    "ShearX",
+    "SolarizeAdd",
 )
-GEOMETRIC = ("Rotate", "ShearY", "TranslateXAbs", "TranslateYAbs")
+GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateXAbs", "TranslateYAbs")
 
 
 def _signed(value: int) -> int:
@@ -267,7 +272,7 @@ def affine(x: Tensor, matrix: Tensor) -> Tensor:
 def _geometric_matrix(op: Tensor, value: Tensor, h: int, w: int) -> Tensor:
     """``(B, 2, 3)`` input-from-output matrices of the geometric operations (the identity for
     the others): Rotate by ``value`` degrees about the centre (PIL's ``rotate``), ShearY
-    ``y + value x``, translations by ``value`` pixels."""
+    ``y + value x``, ShearX ``x + value y``, translations by ``value`` pixels."""
     n = op.shape[0]
     m = torch.zeros(n, 2, 3, device=op.device, dtype=torch.float64)
     value = value.double()
@@ -287,6 +292,8 @@ def _geometric_matrix(op: Tensor, value: Tensor, h: int, w: int) -> Tensor:
     m = torch.where(rotate.view(-1, 1, 1), rot, m)
     shear = op == OPERATIONS.index("ShearY")
     m[:, 1, 0] = torch.where(shear, value, m[:, 1, 0])
+    shear_x = op == OPERATIONS.index("ShearX")
+    m[:, 0, 1] = torch.where(shear_x, value, m[:, 0, 1])
     tx = op == OPERATIONS.index("TranslateXAbs")
     m[:, 0, 2] = torch.where(tx, value, m[:, 0, 2])
     ty = op == OPERATIONS.index("TranslateYAbs")
@@ -319,6 +326,8 @@ def _apply(x: Tensor, op: Tensor, value: Tensor, applied: Tensor) -> Tensor:
     out = pick("AutoContrast", autocontrast(x), out)
     out = pick("Equalize", equalize(x), out)
     out = pick("Solarize", torch.where(x >= _per_image(value, x), 255.0 - x, x), out)
+    added = (x + _per_image(value, x)).clamp(0.0, 255.0)  # then solarized at 128
+    out = pick("SolarizeAdd", torch.where(added >= 128.0, 255.0 - added, added), out)
     keep = torch.exp2(8.0 - _per_image(value, x))  # bits kept: values in steps of 2^(8-bits)
     out = pick("Posterize2", x - torch.remainder(x, keep), out)
     gray = _luminance(x)
@@ -364,4 +373,145 @@ def cutout(images: Tensor, length: int, random: SampleRandom) -> Tensor:
     return torch.where(square, torch.zeros_like(images), images)
 
 
-POLICY_FUNCTIONS = {"autoaugment-cifar10": autoaugment_cifar10}
+# DISC's RandAugment (JackYFL/DISC@a21e910 datasets/randaugment.py:184-203, the pool of
+# ``RandAugmentwogeo``, :242-258): (operation, max_v, bias) of each of its 16 operations, the
+# names those of :data:`OPERATIONS` where one applies it ("Cutout" and the relative translations
+# are sized from the image, below).
+RANDAUGMENT_DISC: tuple[tuple[str, float | None, float | None], ...] = (
+    ("AutoContrast", None, None),
+    ("Brightness", 1.8, 0.1),
+    ("Color", 1.8, 0.1),
+    ("Contrast", 1.8, 0.1),
+    ("Cutout", 0.1, 0.0),
+    ("Equalize", None, None),
+    ("Invert", None, None),
+    ("Posterize", 4, 4),
+    ("Rotate", 30, 0),
+    ("Sharpness", 1.8, 0.1),
+    ("ShearX", 0.1, 0.0),
+    ("ShearY", 0.1, 0.0),
+    ("Solarize", 256, 0),
+    ("SolarizeAdd", 110, 0),
+    ("TranslateX", 0.05, 0.0),
+    ("TranslateY", 0.05, 0.0),
+)
+SIGNED = frozenset({"Rotate", "ShearX", "ShearY", "SolarizeAdd", "TranslateX", "TranslateY"})
+"""The pool's operations that take a random sign (``randaugment.py:87-143``)."""
+DISC_CUTOUT_FRACTION = 0.15
+"""DISC's Cutout after the operations: a grey square of ``int(0.15 · width)`` pixels
+(``randaugment.py:256-257``)."""
+
+
+def randaugment_value(operation: str, level: int, height: int, width: int) -> float:
+    """The value an operation of :data:`RANDAUGMENT_DISC` applies at ``level`` (1 to m - 1) on
+    a ``height`` x ``width`` image, before its sign: the reference's ``_float_parameter(v,
+    max_v) = v · max_v / 10`` (``_int_parameter`` its integer part) plus the bias, then its
+    operation's own rule (``randaugment.py:31-151``): Solarize's threshold ``256 - v``,
+    Posterize's bits kept, translations ``int(v · size)`` pixels, Cutout's side ``int(v ·
+    min(size))`` pixels."""
+    name, max_v, bias = next(row for row in RANDAUGMENT_DISC if row[0] == operation)
+    if max_v is None:
+        return 0.0
+    as_float = float(level) * max_v / 10 + bias
+    as_int = int(level * max_v / 10) + bias
+    if name in ("Posterize", "Rotate", "SolarizeAdd"):
+        return float(as_int)
+    if name == "Solarize":
+        return float(256 - as_int)
+    if name == "TranslateX":
+        return float(int(as_float * width))
+    if name == "TranslateY":
+        return float(int(as_float * height))
+    if name == "Cutout":
+        return float(int(as_float * min(height, width)))
+    return as_float
+
+
+_AS_OPERATION = {"Posterize": "Posterize2", "TranslateX": "TranslateXAbs",
+                 "TranslateY": "TranslateYAbs"}  # fmt: skip
+CUTOUT_OP = len(OPERATIONS)
+"""The operation index of the pool's grey Cutout (applied apart from :func:`_apply`)."""
+
+
+@functools.cache
+def _randaugment_tables(device: torch.device, height: int, width: int) -> tuple[Tensor, ...]:
+    """``(16,)`` operation indices and signedness and ``(16, 10)`` values by level (0-9) of
+    :data:`RANDAUGMENT_DISC` for one image size, made once per device and size."""
+    ops, signed, values = [], [], []
+    for name, _, _ in RANDAUGMENT_DISC:
+        ops.append(
+            CUTOUT_OP if name == "Cutout" else OPERATIONS.index(_AS_OPERATION.get(name, name))
+        )
+        signed.append(name in SIGNED)
+        values.append([randaugment_value(name, level, height, width) for level in range(10)])
+    return (
+        torch.tensor(ops, device=device),
+        torch.tensor(signed, device=device),
+        torch.tensor(values, device=device, dtype=torch.float32),
+    )
+
+
+def grey_cutout(x: Tensor, length: Tensor, random: SampleRandom, stream: int) -> Tensor:
+    """The reference's ``CutoutAbs`` (``randaugment.py:54-67``) per image of 8-bit values:
+    a centre ``(x, y)`` uniform over the image, the corner ``x0 = int(max(0, x - L / 2))``,
+    ``x1 = int(min(W, x0 + L))`` (likewise rows), and the pixels from ``x0`` to ``x1``
+    *inclusive* (PIL's ``rectangle``) set to 127 in every channel; ``length`` ``(B,)`` pixels,
+    ``random`` streams ``stream`` and ``stream + 1``."""
+    n, _, h, w = x.shape
+    half = length.float() / 2.0
+    x0 = (random.uniform(stream) * w - half).clamp_min(0.0).floor()
+    y0 = (random.uniform(stream + 1) * h - half).clamp_min(0.0).floor()
+    x1 = torch.minimum(x0 + length, torch.full_like(x0, float(w)))
+    y1 = torch.minimum(y0 + length, torch.full_like(y0, float(h)))
+    cols = torch.arange(w, device=x.device, dtype=torch.float32).view(1, w)
+    rows = torch.arange(h, device=x.device, dtype=torch.float32).view(1, h)
+    in_cols = (cols >= x0.view(n, 1)) & (cols <= x1.view(n, 1))
+    in_rows = (rows >= y0.view(n, 1)) & (rows <= y1.view(n, 1))
+    square = in_rows.view(n, 1, h, 1) & in_cols.view(n, 1, 1, w)
+    return torch.where(square, torch.full_like(x, 127.0), x)
+
+
+def randaugment_disc(images: Tensor, random: SampleRandom, m: int) -> Tensor:
+    """DISC's RandAugment (``RandAugmentwogeo(n=2, m)``, ``randaugment.py:242-258``) per image
+    of ``images`` (``(B, C, H, W)``, uint8 or floats in [0, 1]): twice, an operation of the
+    16 of :data:`RANDAUGMENT_DISC` drawn uniformly (with replacement) at a level uniform over
+    1 to ``m - 1``, applied with probability 0.5 (a signed one with a random sign); then the
+    grey Cutout of ``int(0.15 · W)`` pixels. Draws from ``random`` streams 20-33; floats in
+    [0, 1] out, multiples of 1/255."""
+    x = images.float() if images.dtype == torch.uint8 else (images.float() * 255.0).round()
+    n, _, h, w = x.shape
+    ops, signed, values = _randaugment_tables(x.device, h, w)
+    for stage in range(2):
+        streams = 20 + 6 * stage  # pick, level, applied, sign, Cutout's centre (two)
+        pick = random.integers(streams, len(RANDAUGMENT_DISC))
+        level = 1 + random.integers(streams + 1, m - 1)
+        applied = random.uniform(streams + 2) < 0.5
+        negative = signed[pick] & (random.uniform(streams + 3) < 0.5)
+        value = values[pick, level]
+        value = torch.where(negative, -value, value)
+        op = ops[pick]
+        is_cutout = op == CUTOUT_OP
+        x = _apply(x, torch.where(is_cutout, -1, op), value, applied & ~is_cutout)
+        cut = grey_cutout(x, value, random, streams + 4)
+        x = torch.where((applied & is_cutout).view(-1, 1, 1, 1), cut, x)
+    length = torch.full((n,), float(int(w * DISC_CUTOUT_FRACTION)), device=x.device)
+    return grey_cutout(x, length, random, 32) / 255.0
+
+
+def randaugment_disc_m5(images: Tensor, random: SampleRandom) -> Tensor:
+    """:func:`randaugment_disc` at ``m = 5`` (DISC's CIFAR-10 strong view,
+    ``randaugment.py:261-283``)."""
+    return randaugment_disc(images, random, 5)
+
+
+def randaugment_disc_m10(images: Tensor, random: SampleRandom) -> Tensor:
+    """:func:`randaugment_disc` at ``m = 10`` (DISC's CIFAR-100, Clothing1M and others,
+    ``randaugment.py:367-389``, ``:447-470``)."""
+    return randaugment_disc(images, random, 10)
+
+
+POLICY_FUNCTIONS = {
+    "autoaugment-cifar10": autoaugment_cifar10,
+    "randaugment-disc-m5": randaugment_disc_m5,
+    "randaugment-disc-m10": randaugment_disc_m10,
+}

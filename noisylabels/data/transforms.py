@@ -59,11 +59,19 @@ class BatchTransform(nn.Module):
         self.crop_padding = crop_padding
 
     def forward(self, images: Tensor, train: bool = False) -> Tensor:
-        if self.mean.device != images.device:
-            self.to(images.device)  # once per device: a copy per batch would synchronize
+        return self.normalize(self.augmented(images, train))
+
+    def augmented(self, images: Tensor, train: bool = True) -> Tensor:
+        """Floats in [0, 1], randomly cropped and flipped where ``train`` and ``augment``."""
         x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
         if train and self.augment:
             x = random_hflip(random_crop(x, self.crop_padding))
+        return x
+
+    def normalize(self, x: Tensor) -> Tensor:
+        """``(x - mean) / std`` per channel of floats in [0, 1]."""
+        if self.mean.device != x.device:
+            self.to(x.device)  # once per device: a copy per batch would synchronize
         return (x - self.mean) / self.std
 
 

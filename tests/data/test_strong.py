@@ -10,18 +10,22 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageEnhance, ImageOps
+from PIL import Image, ImageDraw, ImageEnhance, ImageOps
 
 from noisylabels.data import CIFAR10DataModule, DigitsDataModule
 from noisylabels.data.module import strong_views
 from noisylabels.data.strong import (
     AUTOAUGMENT_CIFAR10,
     OPERATIONS,
+    RANDAUGMENT_DISC,
     SampleRandom,
     _apply,
     autoaugment_cifar10,
     cutout,
+    grey_cutout,
     magnitude,
+    randaugment_disc,
+    randaugment_value,
 )
 from noisylabels.errors import InputError
 
@@ -34,6 +38,8 @@ VALUES = {
     "ShearY": [0.24, -0.21, 0.3, -0.03],
     "TranslateXAbs": [9, -9, 3, -1],
     "TranslateYAbs": [9, -3, 1, -8],
+    "ShearX": [0.09, -0.01, 0.05, -0.1],
+    "SolarizeAdd": [99, -99, 11, -44],
 }
 BLEND = [0.1, 0.64, 1.18, 1.9]
 
@@ -55,7 +61,11 @@ def _pil(op: str, img: Image.Image, v: float) -> Image.Image:
         return getattr(ImageEnhance, op)(img).enhance(v)
     if op == "Rotate":
         return img.rotate(v)
+    if op == "SolarizeAdd":  # DISC datasets/randaugment.py:118-127, the sign already drawn
+        added = np.clip(np.asarray(img).astype(np.int64) + int(v), 0, 255).astype(np.uint8)
+        return ImageOps.solarize(Image.fromarray(added), 128)
     affine = {
+        "ShearX": (1, v, 0, 0, 1, 0),
         "ShearY": (1, 0, 0, v, 1, 0),
         "TranslateXAbs": (1, 0, v, 0, 1, 0),
         "TranslateYAbs": (1, 0, 0, 0, 1, v),
@@ -119,7 +129,10 @@ def test_the_policy_and_its_magnitudes_are_the_reference_s() -> None:
     (augmentation_archive.py:10-26, :270-278)."""
     assert len(AUTOAUGMENT_CIFAR10) == 25
     assert all(len(sub) == 2 for sub in AUTOAUGMENT_CIFAR10)
-    assert {name for sub in AUTOAUGMENT_CIFAR10 for name, _, _ in sub} == set(OPERATIONS)
+    assert {name for sub in AUTOAUGMENT_CIFAR10 for name, _, _ in sub} == set(OPERATIONS) - {
+        "ShearX",
+        "SolarizeAdd",
+    }
     assert AUTOAUGMENT_CIFAR10[0] == (("Invert", 0.1, 7), ("Contrast", 0.2, 6))
     assert AUTOAUGMENT_CIFAR10[-1] == (("TranslateYAbs", 0.7, 9), ("AutoContrast", 0.9, 1))
     assert magnitude("Solarize", 2) == 256 - 51
@@ -188,6 +201,102 @@ def test_cutout_zeroes_one_clipped_square_per_image() -> None:
         assert 8 <= int(rows[b].sum()) <= 16 and 8 <= int(cols[b].sum()) <= 16
     assert (out[:, 0] == 0).sum() < 200 * 16 * 16 + 1
     assert torch.equal(cutout(x, 0, SampleRandom(torch.arange(200), 0, 0, 0)), x)
+
+
+def test_disc_randaugment_values_are_the_reference_s() -> None:
+    """The 16 operations of DISC's pool and its level-to-value rules (JackYFL/DISC
+    datasets/randaugment.py:31-151, :184-203) at 32 and 224 pixels."""
+    assert [name for name, _, _ in RANDAUGMENT_DISC] == [
+        "AutoContrast", "Brightness", "Color", "Contrast", "Cutout", "Equalize", "Invert",
+        "Posterize", "Rotate", "Sharpness", "ShearX", "ShearY", "Solarize", "SolarizeAdd",
+        "TranslateX", "TranslateY",
+    ]  # fmt: skip
+    assert randaugment_value("Brightness", 4, 32, 32) == pytest.approx(4 * 1.8 / 10 + 0.1)
+    assert randaugment_value("Posterize", 9, 32, 32) == 7  # int(3.6) + 4 bits kept
+    assert randaugment_value("Posterize", 1, 32, 32) == 4
+    assert randaugment_value("Rotate", 3, 32, 32) == 9
+    assert randaugment_value("Solarize", 4, 32, 32) == 256 - 102
+    assert randaugment_value("SolarizeAdd", 9, 32, 32) == 99
+    assert randaugment_value("ShearX", 4, 32, 32) == pytest.approx(0.04)
+    assert randaugment_value("TranslateX", 4, 32, 32) == 0  # int(0.02 * 32)
+    assert randaugment_value("TranslateY", 9, 32, 32) == 1  # int(0.045 * 32)
+    assert randaugment_value("TranslateX", 9, 224, 224) == 10
+    assert randaugment_value("Cutout", 9, 32, 32) == 2  # int(0.09 * 32)
+    assert randaugment_value("Cutout", 1, 32, 32) == 0  # a one-pixel square (inclusive)
+    assert randaugment_value("Equalize", 5, 32, 32) == 0.0
+
+
+def _pil_grey_cutout(img: Image.Image, cx: float, cy: float, v: int) -> Image.Image:
+    """The reference's CutoutAbs (randaugment.py:54-67) at a given centre."""
+    w, h = img.size
+    x0, y0 = int(max(0, cx - v / 2.0)), int(max(0, cy - v / 2.0))
+    x1, y1 = int(min(w, x0 + v)), int(min(h, y0 + v))
+    img = img.copy()
+    fill = (127, 127, 127) if img.mode == "RGB" else 127
+    ImageDraw.Draw(img).rectangle((x0, y0, x1, y1), fill)
+    return img
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_grey_cutout_is_pil_s_inclusive_rectangle(channels: int) -> None:
+    """At the centres its generator draws, pixel for pixel PIL's rectangle (both corners
+    included), clipped at the borders, for sides 0 to 9."""
+    imgs = _images(channels)
+    x = torch.from_numpy(imgs).permute(0, 3, 1, 2).float()
+    n, h, w = len(x), x.shape[2], x.shape[3]
+    index = torch.arange(n)
+    for side in range(10):
+        random = SampleRandom(index, 3, side, 0)
+        out = grey_cutout(x, torch.full((n,), float(side)), random, 24)
+        ux, uy = random.uniform(24) * w, random.uniform(25) * h
+        for i, im in enumerate(imgs):
+            pil_in = Image.fromarray(im[..., 0] if channels == 1 else im)
+            ref = np.asarray(_pil_grey_cutout(pil_in, float(ux[i]), float(uy[i]), side))
+            assert np.array_equal(out[i].permute(1, 2, 0).numpy(), ref.reshape(im.shape)), side
+
+
+def test_disc_randaugment_draws_its_operations_levels_and_rates(monkeypatch) -> None:
+    """Over many images: each stage draws each of the 16 operations about equally often, at
+    levels uniform over 1 to m - 1, applied half the time; the last grey square always is
+    (int(0.15 * 32) = 4: a 5 x 5 square inside the image)."""
+    import noisylabels.data.strong as strong
+
+    seen = []
+    original = strong._apply
+
+    def record(x, op, value, applied):
+        seen.append((op.clone(), value.clone(), applied.clone()))
+        return original(x, op, value, applied)
+
+    monkeypatch.setattr(strong, "_apply", record)
+    n = 32_000
+    images = torch.full((n, 3, 32, 32), 40, dtype=torch.uint8)
+    out = strong.randaugment_disc(images, SampleRandom(torch.arange(n), 0, 0, 0), 10)
+    assert len(seen) == 2
+    for op, value, applied in seen:
+        counts = torch.bincount(torch.where(op < 0, len(OPERATIONS), op)).float() / n
+        assert abs(float(applied.float().mean()) - 0.5 * 15 / 16) < 0.015  # Cutout apart
+        assert abs(float(counts[OPERATIONS.index("Rotate")]) - 1 / 16) < 0.006
+        rotate = op == OPERATIONS.index("Rotate")
+        degrees = value[rotate].abs()
+        assert set(degrees.unique().tolist()) == {3.0 * level for level in range(1, 10)}
+        assert abs(float((value[rotate] < 0).float().mean()) - 0.5) < 0.05
+    grey = (out * 255).round() == 127
+    assert int(grey.all(1).flatten(1).sum(1).min()) >= 9  # the last square, at least 3 x 3
+
+
+def test_disc_randaugment_acts_on_the_crop_and_flip(cifar10_dir: Path) -> None:
+    """DISC's policies come after the dataset's crop and flip, before the normalization."""
+    dm = _cifar(cifar10_dir, strong_views=1, strong_augment="randaugment-disc-m5")
+    raw = next(iter(dm.train_dataloader()))
+    torch.manual_seed(5)
+    batch = dm.on_after_batch_transfer(dict(raw), 0)
+    torch.manual_seed(5)
+    dm.transform(raw["image"], train=True)  # the weak view's draws come first
+    cropped = dm.transform.augmented(raw["image"])
+    random = SampleRandom(raw["index"], torch.initial_seed(), 2, 0)
+    expected = dm.transform.normalize(randaugment_disc(cropped, random, 5))
+    assert torch.equal(batch["strong"][0], expected)
 
 
 def _cifar(cifar10_dir: Path, **kwargs) -> CIFAR10DataModule:
