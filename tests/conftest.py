@@ -50,6 +50,8 @@ PAIR_PROTOCOLS: dict[str, tuple[str, ...]] = {
     "cifar10_dividemix": ("dividemix_cifar",),
     "cifar10_elr": ("elr_cifar10",),
     "cifar10_elrplus": ("elrplus_cifar",),
+    "cifar10_disc": ("disc_cifar",),
+    "mnist_disc": ("disc_mnist",),
     **{f"mnist_{m}": ("vrnl_sgd",) for m in ("gce", "mixup", "sce", "gls", "cal")},
     **{
         f"clothing1m_{m}": ("vrnl_sgd",)

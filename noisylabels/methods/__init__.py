@@ -30,6 +30,7 @@ from noisylabels.methods.cores import CORES
 from noisylabels.methods.coteaching import CoTeaching
 from noisylabels.methods.coteachingplus import CoTeachingPlus
 from noisylabels.methods.decoupling import Decoupling
+from noisylabels.methods.disc import DISC
 from noisylabels.methods.dividemix import DivideMix
 from noisylabels.methods.elr import ELR, ELRPlus
 from noisylabels.methods.fdivergence import FDivergence
@@ -59,6 +60,7 @@ __all__ = [
     "CoTeaching",
     "CoTeachingPlus",
     "Decoupling",
+    "DISC",
     "DivideMix",
     "ELR",
     "ELRPlus",

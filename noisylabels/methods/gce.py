@@ -17,6 +17,7 @@ losses ``l_i`` of the batch, pruned samples included at 0 as in the mean.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -32,10 +33,14 @@ PRUNE_MODELS = ("best", "last")
 CHECKPOINT_KEY = "gce_prune_best"
 
 
-def gce_loss(logits: Tensor, labels: Tensor, q: float) -> Tensor:
+def gce_loss(logits: Tensor, labels: Tensor, q: float, floor: float | None = None) -> Tensor:
     """``L_q = (1 - p_y^q) / q`` per sample (Zhang & Sabuncu 2018, Eq. 6), in float32, with
-    ``p_y^q = exp(q · log softmax(z)_y)`` (finite gradient where ``p_y`` underflows)."""
+    ``p_y^q = exp(q · log softmax(z)_y)`` (finite gradient where ``p_y`` underflows);
+    ``floor``: ``p_y`` clamped from below at it first (DISC's reference: 1e-7), no gradient
+    beneath it."""
     log_p = F.log_softmax(logits.float(), dim=1).gather(1, labels.unsqueeze(1)).squeeze(1)
+    if floor is not None:
+        log_p = log_p.clamp_min(math.log(floor))
     return (1.0 - torch.exp(q * log_p)) / q
 
 

@@ -61,24 +61,38 @@ def mixup_loss(logits: Tensor, labels: Tensor, partner_labels: Tensor, lam: Tens
 
 
 def draw_partners(
-    n: int, capacity: int, world_rank: tuple[int, int], gen: torch.Generator, device: torch.device
+    n: int,
+    capacity: int,
+    world_rank: tuple[int, int],
+    gen: torch.Generator,
+    device: torch.device,
+    members: Tensor | None = None,
 ) -> Tensor:
     """A mixup partner for each of this process's ``n`` samples: positions in the
     :func:`pool_rows` of the step's batch (of ``world_rank = (size, rank)`` processes of at most
     ``capacity`` samples each), a random bijection of the batch's samples drawn from ``gen``
     (the same draw on every process, and as one process with the global batch draws it). The
-    keys are drawn on the host and moved to the device with the batch (no synchronization)."""
+    keys are drawn on the host and moved to the device with the batch (no synchronization).
+    ``members`` (boolean ``(n,)``): the bijection is one of the members of the step's batch
+    (DISC mixes within its selected set), and the others are paired among themselves."""
     size, rank = world_rank
     slots = size * capacity
     count = torch.full((1,), float(n), device=device)
     counts = gather_rows_with_grad(count, 1) if size > 1 else count  # every process's n
     # slot j * size + r holds process r's sample j where j < its count
     valid = (torch.arange(capacity, device=device)[:, None] < counts[None, :]).reshape(-1)
+    tier = torch.where(valid, 0, 2)  # padding slots last
+    if members is not None:
+        member = members.float()
+        pooled = gather_rows_with_grad(member, capacity) if size > 1 else member
+        if size == 1:
+            pooled = torch.cat([pooled, pooled.new_zeros(slots - n)])
+        tier = torch.where(valid & (pooled == 0), 1, tier)  # the others among themselves
     keys = torch.rand(slots, generator=gen).to(device, non_blocking=True)
-    shuffled = torch.where(valid, keys, torch.inf).argsort()  # valid slots first, shuffled
-    in_order = torch.argsort((~valid).to(torch.int8), stable=True)  # valid slots first
+    shuffled = (tier * 2 + keys).argsort()  # each tier's slots together, shuffled
+    in_order = torch.argsort(tier, stable=True)  # each tier's slots together, in order
     partner = torch.empty_like(in_order)
-    partner[in_order] = shuffled  # a random bijection of the valid slots
+    partner[in_order] = shuffled  # a random bijection of each tier's slots
     own = torch.arange(n, device=device) * size + rank
     return partner[own]
 

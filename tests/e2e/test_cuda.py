@@ -14,6 +14,7 @@ import torch
 from noisylabels.callbacks import SubsetStatistics
 from noisylabels.data import DigitsDataModule
 from noisylabels.methods import (
+    DISC,
     CoTeaching,
     CoTeachingPlus,
     ELRPlus,
@@ -62,8 +63,12 @@ CASES = {
     "JoCoR-VRNL": (JoCoR, {"alpha": 0.1, "forget_rate": 0.3, "co_lambda": 0.5}),
     "SOPPlus-VRNL": (SOPPlus, {"alpha": 0.1}),  # the strong views' policy and Cutout too
     "ELRPlus-VRNL": (ELRPlus, {"alpha": 0.01}),  # the weight averages, mixup's draw
+    "DISC-VRNL": (DISC, {"alpha": 0.01}),  # the tables, RandAugment, mixup within a selection
 }
-DATA = {"SOPPlus-VRNL": {"strong_views": 1, "cutout": 4}}
+DATA = {
+    "SOPPlus-VRNL": {"strong_views": 1, "cutout": 4},
+    "DISC-VRNL": {"strong_views": 1, "strong_augment": "randaugment-disc-m5"},
+}
 """Data options of a case beyond the digits' defaults."""
 
 

@@ -1,4 +1,5 @@
-"""The per-sample state of ELR and ELR+ (their targets; ELR+'s weight averages too), SOP (u and v),
+"""The per-sample state of ELR and ELR+ (their targets; ELR+'s weight averages too), DISC (both
+views' probabilities and thresholds), SOP (u and v),
 CORES² (the class prior its sieve revises), DivideMix (its division: each network's clean
 probability of every sample) and CAL (D̂, its T̂ and prior, and the class means ℓ̄ of the
 losses) under DDP is the state of one process with the global batch: each process updates its
@@ -42,6 +43,7 @@ CASES = {  # method: (its options, the state compared)
     "DivideMix": (["--data.views", "2"], ("dividemix_clean_prob",)),
     "ELR": ([], ("elr_targets",)),
     "ELRPlus": ([], ("elr_targets",)),  # and the weight averages, below
+    "DISC": (["--data.strong_views", "1"], ("disc_probs", "disc_thresholds")),
     "SOP": ([], ("u", "v")),
     # D̂ from the warm-up model, and ℓ̄ of sums over the processes' samples, β rising over 2
     "CAL": (["--model.beta_start", "0", "--model.beta_ramp_epochs", "2"],

@@ -38,6 +38,7 @@ REFUSED = [
      {"ema_decay": 0.0}),
     ("ELRPlus", {"lam": 0.0, "coef_rampup_steps": 100}, "coef_rampup_steps", {"lam": 0.0}),
     ("ELRPlus", {"lam": 0.0, "clamp": 1e-3}, "clamp", {"lam": 0.0}),
+    ("DISC", {"lambda_h": 0.0, "q": 0.5}, "q", {"lambda_h": 0.0}),
     ("Forward", {"alpha": 0.0, "vrnl_form": "bounded"}, "vrnl_form", {"alpha": 0.0}),
     (
         "CE",

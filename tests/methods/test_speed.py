@@ -24,6 +24,7 @@ from noisylabels.methods import (
     CAL,
     CDR,
     CE,
+    DISC,
     ELR,
     GCE,
     GLS,
@@ -85,7 +86,7 @@ def _main_stage(
     """Put ``model`` in its own stage after an estimate, as a resumed checkpoint would (with
     ``extra``: what else such a checkpoint holds)."""
     state = {**model.state_dict(), "main_started": torch.tensor(True), **(extra or {})}
-    if T is not None:
+    if T is not None and "T" in state:  # a method with a transition matrix
         state["T"] = T
     model.load_state_dict(state)
 
@@ -117,8 +118,15 @@ METHODS = {
     "CAL": (CAL, {"schedule": {"warmup_epochs": 1}}),  # the CORES² warm-up, then D̂'s term
     "SOPPlus": (SOPPlus, {}),  # u, v, both views in one pass, the balance term
     "ELRPlus": (ELRPlus, {}),  # two networks, the averages' targets, mixup
+    # both views' CE warm-up, then the selection's CE and GCE and the mixup within it
+    "DISC": (DISC, {"alpha": 0.05, "schedule": {"warmup_epochs": 1}}),
 }
+_DISC_FLAGS = torch.arange(32) % 4  # clean, hard, corrected, neither
 MAIN_STATES = {  # what a checkpoint of a method's own stage holds beyond T: CAL's D̂ and ℓ̄
+    "DISC": {  # and DISC's selection and corrected labels
+        "disc_selection": torch.stack([_DISC_FLAGS == k for k in range(3)]),
+        "disc_labels": (torch.arange(32) * 7) % 10,
+    },
     "CAL": {
         "distilled_labels": torch.arange(32) % 10,
         "distilled_prior": torch.full((10,), 0.1),
@@ -147,6 +155,8 @@ def test_compiled_step_equals_eager_step(name: str, backend: str) -> None:
             model.init_parameters(32)  # what setup does for the training set
         if isinstance(model, ELR):
             model.init_targets(32)
+        if isinstance(model, DISC):
+            model.init_tables(32)
     assert eager.speed.mode is None and compiled.speed.mode == "default"
     stages = ["warmup", "main"] if compiled.has_warmup_stage else ["main"]
     for stage in stages:

@@ -333,11 +333,13 @@ class NoisyLabelMethod(StagedModule):
         used: Tensor | None = None,
         variance_losses: Tensor | None = None,
         extra: Tensor | None = None,
+        scale: Tensor | None = None,
         network: int = 0,
     ) -> Tensor:
-        """VRNL objective ``mean(l) - alpha * Var(l)`` (+ ``extra``) over the per-sample
-        ``losses`` of the samples ``used`` (a boolean mask; all by default), recorded as this
-        step's :class:`StepOutput` of ``network``. ``alpha`` is 0 during a warm-up.
+        """VRNL objective ``mean(l) - alpha * Var(l)`` (times ``scale``, + ``extra``) over the
+        per-sample ``losses`` of the samples ``used`` (a boolean mask; all by default),
+        recorded as this step's :class:`StepOutput` of ``network``. ``alpha`` is 0 during a
+        warm-up. ``scale``: a detached factor (DISC's share of the batch that is selected).
 
         ``variance_losses``: the same losses through another graph, when the variance term must
         reach only some parameters (see :func:`~noisylabels.methods.core.vrnl.vrnl_objective`).
@@ -346,7 +348,8 @@ class NoisyLabelMethod(StagedModule):
         out = self.speed.vrnl_fn(
             losses, alpha, self.variance_scope, variance_losses, used, self.vrnl_form
         )
-        objective = out.objective if extra is None else out.objective + extra
+        objective = out.objective if scale is None else out.objective * scale
+        objective = objective if extra is None else objective + extra
         keep = self.speed.keep  # the record outlives the step (CUDA graphs reuse outputs)
         step = StepOutput(
             index=batch["index"],
