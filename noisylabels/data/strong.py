@@ -1,4 +1,5 @@
-"""Strong augmentation, batched on the device: the AutoAugment policy of CIFAR-10 and Cutout.
+"""Strong augmentation, batched on the device: the AutoAugment policy of CIFAR-10, DISC's
+RandAugment and Cutout.
 
 Methods that compare a weakly and a strongly augmented view of every image (SOP+) train on
 ``--data.strong_views S``: every training batch then also holds ``"strong"``, ``(S, B, C, H, W)``,
@@ -20,7 +21,8 @@ each view an independent draw of
 The operations act on pixel values 0-255 and keep them integers, as on the reference's 8-bit PIL
 images: the geometric ones sample the nearest pixel at the centre of every output pixel (PIL's
 ``NEAREST``) with black outside the image (a rotation of a 224-pixel image takes another pixel
-than PIL's step-by-step coordinates at about 0.1 % of its pixels; exact at 28 and 32);
+than PIL's step-by-step coordinates at about 0.1 % of its pixels; at 28 and 32 pixels exact
+for every angle of both policies but DISC's ±12°, one pixel of 1024 off at 32);
 AutoContrast, Equalize and the blends (Contrast, Color, Brightness, Sharpness) follow PIL's
 ``ImageOps`` and ``ImageEnhance`` definitions. Every image draws its sub-policy, its
 probabilities, its signs and its Cutout independently, with ``torch.where`` over the batch: no
@@ -32,6 +34,12 @@ step 2 are drawn as the weak views' are (independently of them, from the device'
 
 On CIFAR-100 the reference normalizes its strong view with CIFAR-10's statistics
 (``data_loaders.py:97-102``, its weak view with CIFAR-100's); here both views use the dataset's.
+
+DISC's RandAugment (``randaugment-disc-m5``, ``randaugment-disc-m10``: :func:`randaugment_disc`,
+JackYFL/DISC@a21e910 ``datasets/randaugment.py:184-258``) draws two of its 16 operations per
+image at levels 1 to m - 1, each applied with probability 0.5, then a grey square of 15 % of the
+width; it acts on the dataset's crop and flip of the image (:data:`AFTER_CROP`), as DISC's
+transforms do, so its order is step 2, then the policy, then the normalization and Cutout.
 """
 
 from __future__ import annotations

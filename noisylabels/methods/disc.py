@@ -20,8 +20,9 @@ next), with ``y_i`` the noisy label (``DISC.py:328-360``):
   the selection that used them).
 
 For ``start_epoch`` epochs (the warm-up, ``--model.schedule.warmup_epochs``) the loss is
-``CE(weak) + CE(strong)``; the selection runs from the end of the first epoch on, the warm-up's
-included (``DISC.py:244-269``). Then, for a batch of ``B`` (``DISC.py:283-323``)
+``CE(weak) + CE(strong)`` (``DISC.py:244-269``); the selection runs from the end of the first
+epoch on, the warm-up's included (``DISC.py:328``, after either branch). Then, for a batch of
+``B`` (``DISC.py:283-323``)
 
     L = (1/B) Σ_{i clean} λ_ce (CE(z^w_i, y_i) + CE(z^s_i, y_i))
         + (1/B) Σ_{i hard} λ_h (GCE(z^w_i, y_i) + GCE(z^s_i, y_i))
@@ -41,7 +42,8 @@ the whole batch, the samples outside the selected and corrected set masked out o
 reference forwards only those samples: its batch normalization sees fewer rows); a step whose
 loss is 0 (nothing selected) still steps the optimizer (the reference skips it: with weight decay
 the weights shrink once). ``N`` is the training set with its validation split (the split's rows
-are never visited, so never selected).
+are never visited, so never selected). The crops, the normalization and the held-out split are
+the data's (docs/methods.md lists where they differ from the reference's).
 
 The tables (both views' probabilities, the thresholds, the selection, the corrected labels) are
 part of the state dict, so of every checkpoint. Under DDP every process writes every process's

@@ -226,6 +226,21 @@ def test_disc_randaugment_values_are_the_reference_s() -> None:
     assert randaugment_value("Equalize", 5, 32, 32) == 0.0
 
 
+def test_disc_rotations_are_pil_s_at_32_pixels() -> None:
+    """Every angle DISC's Rotate takes (3 · level, both signs) is PIL's rotation pixel for
+    pixel at 32 pixels, but ±12°, one pixel of 1024 off (the documented exception)."""
+    rng = np.random.default_rng(4)
+    imgs = rng.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    x = torch.from_numpy(imgs).permute(0, 3, 1, 2).float()
+    for degrees in [sign * 3 * level for level in range(1, 10) for sign in (1, -1)]:
+        out = _apply(x, torch.full((3,), OPERATIONS.index("Rotate")),
+                     torch.full((3,), float(degrees)), torch.ones(3, dtype=torch.bool))  # fmt: skip
+        for i, im in enumerate(imgs):
+            ref = np.asarray(Image.fromarray(im).rotate(degrees)).astype(np.float32)
+            differ = int((out[i].permute(1, 2, 0).numpy() != ref).any(-1).sum())
+            assert differ <= (1 if abs(degrees) == 12 else 0), (degrees, i, differ)
+
+
 def _pil_grey_cutout(img: Image.Image, cx: float, cy: float, v: int) -> Image.Image:
     """The reference's CutoutAbs (randaugment.py:54-67) at a given centre."""
     w, h = img.size
