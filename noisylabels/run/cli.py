@@ -66,6 +66,26 @@ from noisylabels.run.source import RunSource
 # and a run folder named after the config's data and method (runs/<dataset>_<method>) where no
 # config names them (see before_instantiate_classes)
 TRAINER_DEFAULTS: dict[str, Any] = {"max_epochs": None, "devices": 1, "default_root_dir": None}
+BATCH_LIMITS = (
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+)
+"""The Trainer's options whose integer is a number of batches and whose float a fraction."""
+
+
+def integers_first() -> None:
+    """Annotate :data:`BATCH_LIMITS` ``int | float | None`` on ``L.Trainer.__init__``, so that
+    ``--trainer.limit_train_batches 1`` parses to the integer 1 (one batch): Lightning annotates
+    them float first, and the parser takes the first member of a union that accepts the text,
+    which made it 1.0, every batch. A float (``0.5``, ``1.0``) stays a float."""
+    annotations = L.Trainer.__init__.__annotations__
+    for name in BATCH_LIMITS:
+        if name in annotations:
+            annotations[name] = int | float | None
+
+
 STAGES = ("fit", "validate", "test", "predict")
 # the arguments of a stage's Trainer method that are the CLI's objects, not options
 OBJECTS = {"model", "train_dataloaders", "val_dataloaders", "dataloaders", "datamodule"}
@@ -279,6 +299,7 @@ def make_cli(
         "parser_class": NoisyLabelsParser,
     }
     settings.update(options)
+    integers_first()
     cli = NoisyLabelsCLI(NoisyLabelMethod, NoisyDataModule, args=argv, stage=stage, **settings)
     if run:
         run_stage(cli)
