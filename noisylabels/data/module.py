@@ -321,6 +321,16 @@ class NoisyDataModule(L.LightningDataModule):
         methods then score validation with the clean posterior ``p`` rather than ``p @ T``."""
         return self.data is not None and self.data.val_labels is not None
 
+    def resolved_defaults(self) -> dict[str, Any]:
+        """The value each option given null runs with (``augment``: the dataset's default;
+        with strong views ``strong_augment`` and ``cutout``): a run's identity records them
+        (:func:`noisylabels.run.identity.of_objects`), so that null and the value spelled out
+        are one experiment."""
+        out: dict[str, Any] = {"augment": bool(self.augment)}
+        if self.strong_views > 0:
+            out.update(strong_augment=self.strong_augment, cutout=self.cutout)
+        return out
+
     def data_facts(self) -> DataFacts:
         """What methods and callbacks may know of this data (:class:`~noisylabels.noise.DataFacts`):
         classes, the noise, the true T, the labels and the training split's evaluation

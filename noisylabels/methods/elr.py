@@ -265,6 +265,11 @@ class ELRPlus(ELR):
             net.requires_grad_(False)
         self.averages = nn.ModuleList(averages)
 
+    def resolved_defaults(self) -> dict[str, Any]:
+        """``label_times_target`` given null runs with the reference's rule (100 classes):
+        the run's identity records the value (:func:`noisylabels.run.identity.of_objects`)."""
+        return {"label_times_target": self.label_times_target}
+
     def inert_options(self) -> list[tuple[str, str]]:
         """The decay's ramp where the decay is 0, the regularizer's options where its weight
         is 0."""

@@ -62,6 +62,10 @@ RESUMABLE: dict[str, str] = {
 # elsewhere an option only one side records is unknown, not a change (e.g. a checkpoint
 # written before identities were kept, or a run from Python resumed from the command line)
 ALWAYS_COMPARED = ("model.", "data.", "labels.", "inputs.")
+DEFAULT_PREFIX = "default."
+"""An identity's ``default.<name>``: what a null option ``<name>`` resolves to in this run (a
+module's ``resolved_defaults``), so that the option given null and given that value are one
+identity, and a checkpoint that recorded null matches a run that spells the value out."""
 ADDED_SINCE: dict[str, Any] = {
     "model.vrnl_form": "paper",
     "data.strong_views": 0,
@@ -169,8 +173,10 @@ def of_objects(
     trainer_options: Mapping[str, Any] | None,
     run_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """:func:`identity` of a built model and data module (their saved hyperparameters)."""
-    return identity(
+    """:func:`identity` of a built model and data module (their saved hyperparameters), each
+    null option that a module resolves (its ``resolved_defaults()``) recorded as the value it
+    runs with, beside ``default.<name>``."""
+    out = identity(
         getattr(model, "hparams", None),
         getattr(datamodule, "hparams", None),
         model_class=class_path(model),
@@ -179,6 +185,14 @@ def of_objects(
         trainer_options=trainer_options,
         run_options=run_options,
     )
+    for prefix, obj in (("model", model), ("data", datamodule)):
+        resolve = getattr(obj, "resolved_defaults", None)
+        for key, value in (resolve() if callable(resolve) else {}).items():
+            name = f"{prefix}.{key}"
+            out[DEFAULT_PREFIX + name] = plain(value)
+            if name in out and out[name] is None:
+                out[name] = plain(value)
+    return out
 
 
 def input_paths(model: Any, datamodule: Any) -> dict[str, str]:
@@ -270,6 +284,8 @@ def differences(
     for name in sorted(set(saved) | set(now)):
         if resumable(name) or (not known_after_setup and name.startswith(AFTER_SETUP)):
             continue
+        if name.startswith(DEFAULT_PREFIX):  # what null resolves to: compared through the option
+            continue
         both = name in saved and name in now
         if not both and not name.startswith(ALWAYS_COMPARED):
             continue
@@ -278,10 +294,19 @@ def differences(
         if name.endswith(".class") and before and after:
             if _same_class(before, after):
                 continue
-        elif _same_value(before, after):
+        elif _same_value(before, after) or _null_resolving_to(before, after, now, name):
+            continue
+        elif _null_resolving_to(after, before, saved, name):
             continue
         out[name] = [before, after]
     return out
+
+
+def _null_resolving_to(null: Any, value: Any, side: Mapping[str, Any], name: str) -> bool:
+    """Whether ``null`` is null and ``value`` what the option ``name`` resolves to on the side
+    of ``value`` (an identity recorded before its module resolved the option kept null)."""
+    key = DEFAULT_PREFIX + name
+    return null is None and key in side and _same_value(side[key], value)
 
 
 EVALUATION_NEUTRAL: dict[str, str] = {

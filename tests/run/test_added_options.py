@@ -52,3 +52,41 @@ def test_every_added_option_is_an_option_of_every_method_at_that_default() -> No
         for cls in kinds[prefix]:
             assert option in _defaults(cls), (cls.__name__, option)
             assert _defaults(cls)[option] == value, (cls.__name__, option)
+
+
+def test_a_null_option_and_the_value_it_resolves_to_are_one_run() -> None:
+    """Every option a module resolves from null (``resolved_defaults``): the run given null and
+    the run given that value have one identity, whichever side recorded the value (a checkpoint
+    written before identities recorded the resolution kept null); another value differs."""
+    from noisylabels.data import DigitsDataModule
+    from noisylabels.methods import ELRPlus
+    from noisylabels.run.identity import DEFAULT_PREFIX, of_objects
+
+    cases = [
+        (None, DigitsDataModule, {"strong_views": 1}),
+        (None, DigitsDataModule, {}),
+        (ELRPlus, None, {}),
+    ]
+    for model_cls, data_cls, base in cases:
+        build = model_cls or data_cls
+        null = build(**base)
+        resolved = null.resolved_defaults()
+        assert resolved
+        spelled = build(**base, **resolved)
+
+        def ident(obj, is_model=model_cls is not None):
+            pair = (obj, None) if is_model else (None, obj)
+            return of_objects(*pair, seed=0, trainer_options=None)
+
+        assert differences(ident(null), ident(spelled)) == {}
+        old = {k: v for k, v in ident(null).items() if not k.startswith(DEFAULT_PREFIX)}
+        for key in resolved:  # a record of before: null, no resolution
+            old[f"{'model' if model_cls else 'data'}.{key}"] = None
+        assert differences(old, ident(spelled)) == {}
+        assert differences(ident(spelled), old) == {}
+    other = DigitsDataModule(strong_views=1, strong_augment="randaugment-disc-m5")
+    null = DigitsDataModule(strong_views=1)
+    assert list(differences(of_objects(None, null, seed=0, trainer_options=None),
+                            of_objects(None, other, seed=0, trainer_options=None))) == [
+        "data.strong_augment"
+    ]  # fmt: skip
