@@ -132,6 +132,12 @@ def unpaired_seeds(a: Cell, b: Cell) -> dict[Any, str]:
     return out
 
 
+EQUAL_WITHIN = 1e-4
+"""Differences (percentage points) whose standard deviation is at most this are equal: the
+accuracies are stored as float32 fractions, so two equal differences can differ by about 1e-5
+points (a test set of 10,000 images resolves 0.01)."""
+
+
 def paired_difference(vrnl: Mapping[Any, float], base: Mapping[Any, float]) -> Paired | None:
     """Mean of ``vrnl[s] - base[s]`` over the common seeds, its 95 % confidence interval (t
     distribution, n − 1 degrees of freedom) and the paired t-test's two-sided p-value; ``None``
@@ -147,7 +153,7 @@ def paired_difference(vrnl: Mapping[Any, float], base: Mapping[Any, float]) -> P
     if n < 2:
         return Paired(n, mean, None, None, None)
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    if sd == 0.0:  # equal differences: a t interval of width 0 would read as certainty
+    if sd <= EQUAL_WITHIN:  # equal differences: a t interval of width 0 would read as certainty
         return Paired(n, mean, None, None, None)
     half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
     p = float(stats.ttest_rel([vrnl[s] for s in seeds], [base[s] for s in seeds]).pvalue)

@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -81,6 +82,12 @@ def test_paired_difference_by_hand() -> None:
 
     assert fmt_paired(equal) == "+1.00 [equal on every seed: no interval] (2)"
     assert fmt_paired(single) == "+1.00 (1)"
+    # equal as the records hold them: float32 fractions in per cent (DISC's two seeds, last
+    # epoch: 98.69 - 98.65 and 98.79 - 98.75)
+    f32 = {k: float(np.float32(v)) * 100 for k, v in
+           {"a0": 0.9869, "a1": 0.9879, "b0": 0.9865, "b1": 0.9875}.items()}  # fmt: skip
+    stored = paired_difference({0: f32["a0"], 1: f32["a1"]}, {0: f32["b0"], 1: f32["b1"]})
+    assert stored.low is None and stored.p is None and stored.mean == pytest.approx(0.04, abs=1e-4)
 
 
 def test_markdown_means_stds_counts_best_and_paired(tmp_path: Path) -> None:
