@@ -92,6 +92,11 @@ class _CIFARNMixin:
         )
         self._init_labels(self.default_label_set if label_set is None else label_set, label_file)
 
+    def resolved_defaults(self) -> dict[str, Any]:
+        """The data's null resolutions (:meth:`NoisyDataModule.resolved_defaults`) and the
+        label set of ``label_set: null``."""
+        return {**super().resolved_defaults(), "label_set": self.default_label_set}
+
     def _init_labels(self, label_set: str, label_file: str | None) -> None:
         if label_set not in self.label_sets:
             raise InputError(
@@ -249,6 +254,11 @@ class CIFAR100NDataModule(_CIFARNMixin, CIFAR100DataModule):
         "noisy_coarse": "noisy_coarse_label",
     }
     published_rates: ClassVar[dict[str, float | None]] = {"noisy": 40.20, "noisy_coarse": None}
+
+    def resolved_defaults(self) -> dict[str, Any]:
+        """The data's null resolutions (:meth:`NoisyDataModule.resolved_defaults`) and the
+        label set of ``label_set: null``."""
+        return {**super().resolved_defaults(), "label_set": self.default_label_set}
 
     def _init_labels(self, label_set: str, label_file: str | None) -> None:
         super()._init_labels(label_set, label_file)

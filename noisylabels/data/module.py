@@ -322,13 +322,13 @@ class NoisyDataModule(L.LightningDataModule):
         return self.data is not None and self.data.val_labels is not None
 
     def resolved_defaults(self) -> dict[str, Any]:
-        """The value each option given null runs with (``augment``: the dataset's default;
-        with strong views ``strong_augment`` and ``cutout``): a run's identity records them
-        (:func:`noisylabels.run.identity.of_objects`), so that null and the value spelled out
-        are one experiment."""
-        out: dict[str, Any] = {"augment": bool(self.augment)}
+        """What each option given null resolves to (``augment``: the dataset's default; with
+        strong views ``strong_augment`` and ``cutout``), whatever this module was given: a
+        run's identity records it (:func:`noisylabels.run.identity.of_objects`), so that null
+        and that value spelled out are one experiment, and any other value another."""
+        out: dict[str, Any] = {"augment": bool(self.default_augment)}
         if self.strong_views > 0:
-            out.update(strong_augment=self.strong_augment, cutout=self.cutout)
+            out.update(strong_augment=POLICIES[0], cutout=0)
         return out
 
     def data_facts(self) -> DataFacts:

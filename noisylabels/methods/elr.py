@@ -266,9 +266,10 @@ class ELRPlus(ELR):
         self.averages = nn.ModuleList(averages)
 
     def resolved_defaults(self) -> dict[str, Any]:
-        """``label_times_target`` given null runs with the reference's rule (100 classes):
-        the run's identity records the value (:func:`noisylabels.run.identity.of_objects`)."""
-        return {"label_times_target": self.label_times_target}
+        """What ``label_times_target`` given null resolves to, the reference's rule (100
+        classes), whatever this module was given: the run's identity records it
+        (:func:`noisylabels.run.identity.of_objects`)."""
+        return {"label_times_target": self.num_classes == 100}
 
     def inert_options(self) -> list[tuple[str, str]]:
         """The decay's ramp where the decay is 0, the regularizer's options where its weight

@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import sys
 from argparse import ArgumentError
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,11 @@ BATCH_LIMITS = (
     "limit_predict_batches",
 )
 """The Trainer's options whose integer is a number of batches and whose float a fraction."""
+INTEGER_FIRST = {name: int | float | None for name in BATCH_LIMITS}
+INTEGER_FIRST["val_check_interval"] = int | float | str | timedelta | dict[str, int] | None
+"""Their annotations, integer first (``val_check_interval`` 1: every batch; 1.0: once an
+epoch; int-first in Lightning's source, but a union equal to a float-first one may be what
+``typing`` hands back)."""
 
 
 def integers_first() -> None:
@@ -81,9 +87,9 @@ def integers_first() -> None:
     them float first, and the parser takes the first member of a union that accepts the text,
     which made it 1.0, every batch. A float (``0.5``, ``1.0``) stays a float."""
     annotations = L.Trainer.__init__.__annotations__
-    for name in BATCH_LIMITS:
+    for name, hint in INTEGER_FIRST.items():
         if name in annotations:
-            annotations[name] = int | float | None
+            annotations[name] = hint
 
 
 STAGES = ("fit", "validate", "test", "predict")

@@ -58,7 +58,7 @@ def test_a_null_option_and_the_value_it_resolves_to_are_one_run() -> None:
     """Every option a module resolves from null (``resolved_defaults``): the run given null and
     the run given that value have one identity, whichever side recorded the value (a checkpoint
     written before identities recorded the resolution kept null); another value differs."""
-    from noisylabels.data import DigitsDataModule
+    from noisylabels.data import CIFAR10NDataModule, DigitsDataModule
     from noisylabels.methods import ELRPlus
     from noisylabels.run.identity import DEFAULT_PREFIX, of_objects
 
@@ -66,6 +66,7 @@ def test_a_null_option_and_the_value_it_resolves_to_are_one_run() -> None:
         (None, DigitsDataModule, {"strong_views": 1}),
         (None, DigitsDataModule, {}),
         (ELRPlus, None, {}),
+        (None, CIFAR10NDataModule, {}),  # label_set: null is its default set
     ]
     for model_cls, data_cls, base in cases:
         build = model_cls or data_cls
@@ -84,9 +85,20 @@ def test_a_null_option_and_the_value_it_resolves_to_are_one_run() -> None:
             old[f"{'model' if model_cls else 'data'}.{key}"] = None
         assert differences(old, ident(spelled)) == {}
         assert differences(ident(spelled), old) == {}
+        for key, value in resolved.items():  # the old null against another value differs
+            if isinstance(value, bool):
+                name = f"{'model' if model_cls else 'data'}.{key}"
+                changed = ident(build(**base, **{**resolved, key: not value}))
+                assert list(differences(old, changed)) == [name], name
+                assert list(differences(changed, old)) == [name], name
     other = DigitsDataModule(strong_views=1, strong_augment="randaugment-disc-m5")
     null = DigitsDataModule(strong_views=1)
     assert list(differences(of_objects(None, null, seed=0, trainer_options=None),
                             of_objects(None, other, seed=0, trainer_options=None))) == [
         "data.strong_augment"
     ]  # fmt: skip
+    old = {k: v for k, v in of_objects(None, null, seed=0, trainer_options=None).items()
+           if not k.startswith(DEFAULT_PREFIX)} | {"data.strong_augment": None}  # fmt: skip
+    assert list(differences(old, of_objects(None, other, seed=0, trainer_options=None))) == [
+        "data.strong_augment"
+    ]

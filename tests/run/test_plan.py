@@ -195,11 +195,12 @@ def test_only_lightning_s_default_checkpoint_is_replaced(
 
 @pytest.mark.parametrize(("given", "parsed"), [("1", 1), ("7", 7), ("1.0", 1.0), ("0.5", 0.5)])
 def test_an_integer_batch_limit_is_a_number_of_batches(given: str, parsed: int | float) -> None:
-    """``--trainer.limit_*_batches 1`` is one batch, ``1.0`` every batch (Lightning's rule): the
-    integer is parsed as an integer, though Lightning annotates the options float first."""
-    from noisylabels.run.cli import BATCH_LIMITS, make_cli
+    """``--trainer.limit_*_batches 1`` is one batch, ``1.0`` every batch (Lightning's rule; and
+    ``val_check_interval`` 1 every batch, 1.0 once an epoch): the integer is parsed as an
+    integer, though Lightning annotates the limits float first."""
+    from noisylabels.run.cli import INTEGER_FIRST, make_cli
 
-    for name in BATCH_LIMITS:
+    for name in INTEGER_FIRST:  # the batch limits and val_check_interval
         args = ["--config", QUICKSTART, "--trainer.accelerator", "cpu", f"--trainer.{name}", given]
         value = make_cli(args, run=False).config["trainer"][name]
         assert value == parsed and type(value) is type(parsed), (name, value)
