@@ -287,16 +287,21 @@ class DISC(NoisyLabelMethod):
         share = masked_mean(used.float(), None, self.variance_scope).detach()
         weak_set = used | corrected
         targets = F.one_hot(self.labels[at], self.num_classes).float()
+        pool = pool_rows(targets, self.batch_capacity(n), self.batch_world()[0])  # once: both views
         mixed = [
-            self.mixup_term(images, targets, weak_set, v) for v, images in enumerate((weak, strong))
+            self.mixup_term(images, targets, pool, weak_set, v)
+            for v, images in enumerate((weak, strong))
         ]
         return self.vrnl(
             losses, weak_logits, batch, used=used, scale=share, extra=mixed[0] + mixed[1]
         )
 
-    def mixup_term(self, images: Tensor, targets: Tensor, members: Tensor, view: int) -> Tensor:
+    def mixup_term(
+        self, images: Tensor, targets: Tensor, target_pool: Tensor, members: Tensor, view: int
+    ) -> Tensor:
         """The mean over ``members`` of the soft cross-entropy of view ``view``'s mixed images
-        (``losses/loss_mixup.py:23-35``), partners drawn among the members."""
+        (``losses/loss_mixup.py:23-35``), partners drawn among the members; ``target_pool``:
+        the step's pooled targets (:func:`~noisylabels.methods.mixup.pool_rows`)."""
         n = len(images)
         a = float(self.hparams.mixup_alpha)
         seed = ((torch.initial_seed() * 1_000_003 + self.global_step) * 2 + view) % 2**63
@@ -307,7 +312,7 @@ class DISC(NoisyLabelMethod):
         lam = max(lam, 1.0 - lam)
         size = world_rank[0]
         mixed = lam * images + (1.0 - lam) * pool_rows(images, capacity, size)[partners]
-        soft = lam * targets + (1.0 - lam) * pool_rows(targets, capacity, size)[partners]
+        soft = lam * targets + (1.0 - lam) * target_pool[partners]
         logits = self(mixed)
         soft_ce = -(soft * F.log_softmax(logits.float(), dim=1)).sum(1)
         return masked_mean(soft_ce, members, self.variance_scope)
